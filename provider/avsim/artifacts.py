@@ -1,0 +1,93 @@
+"""Where a run's artifacts live in the artifact store.
+
+Everything a run leaves behind is under one prefix, ``<artifact_root>/runs/<run_key>/``:
+
+``manifest/``               the immutable manifest snapshot (``manifest.json``, ``head.json``, ``sha256``)
+``manifest/shards/<k>.json``  the cases of shard k
+``cases/<case>/<phase>/attempt-<n>/``   what one attempt of a phase wrote (attempt-scoped)
+``checkpoints/<case>/<phase>/``         checkpoints a phase resumes from, shared by its attempts
+``ledger/attempts/<case>/<phase>/<n>.json``  one record per attempt
+``ledger/outcomes/<case>/<phase>.json``      the committed outcome of a (case, phase)
+``ledger/shards/<k>/result.json``            a shard's summary of its cases' outcomes
+``report/``                 the weekly report (``report.json``, ``report.html``)
+
+The root is an ObjectStoragePath URI (``file:///...`` by default, ``s3://conn@bucket/prefix``
+in production); this module only builds URIs and never touches storage.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def safe_key(value: str) -> str:
+    """Make an Airflow run id or other free text safe as one object-key segment."""
+    return _SAFE.sub("_", value)[:200]
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    root: str
+    run_key: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.root.rstrip('/')}/runs/{safe_key(self.run_key)}"
+
+    # manifest snapshot
+    @property
+    def manifest_dir(self) -> str:
+        return f"{self.base}/manifest"
+
+    @property
+    def manifest_uri(self) -> str:
+        return f"{self.manifest_dir}/manifest.json"
+
+    @property
+    def head_uri(self) -> str:
+        return f"{self.manifest_dir}/head.json"
+
+    @property
+    def digest_uri(self) -> str:
+        return f"{self.manifest_dir}/sha256"
+
+    # phase outputs
+    def attempt_output(self, case_id: str, phase: str, attempt: int) -> str:
+        return f"{self.base}/cases/{case_id}/{phase}/attempt-{attempt}"
+
+    def checkpoint(self, case_id: str, phase: str) -> str:
+        return f"{self.base}/checkpoints/{case_id}/{phase}"
+
+    # ledger
+    @property
+    def ledger(self) -> str:
+        return f"{self.base}/ledger"
+
+    def attempt_record(self, case_id: str, phase: str, attempt: int) -> str:
+        return f"{self.ledger}/attempts/{case_id}/{phase}/{attempt}.json"
+
+    def outcome_record(self, case_id: str, phase: str) -> str:
+        return f"{self.ledger}/outcomes/{case_id}/{phase}.json"
+
+    def shard_dir(self, shard: int) -> str:
+        """A shard's summary is a phase output of its own: run-level phases take these as inputs."""
+        return f"{self.ledger}/shards/{shard:05d}"
+
+    def shard_summary(self, shard: int) -> str:
+        return f"{self.shard_dir(shard)}/result.json"
+
+    def shard_cases(self, shard: int) -> str:
+        """The cases of one shard, written by the parent run, read by the shard run."""
+        return f"{self.manifest_dir}/shards/{shard:05d}.json"
+
+    # report
+    @property
+    def report_dir(self) -> str:
+        return f"{self.base}/report"
+
+
+#: The case id used for run-level phases (the weekly summary).
+RUN_LEVEL_CASE = "_run"

@@ -1,0 +1,51 @@
+"""Provider metadata for Airflow's providers manager (entry point ``apache_airflow_provider``).
+
+Kept import-light: Airflow calls this while it reads its own configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from avsim.settings import OPTIONS
+
+__version__ = "0.1.0"
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-provider-avsim",
+        "name": "avsim",
+        "description": "Runs a self-driving-car simulation platform's weekly regression run on Airflow.",
+        "versions": [__version__],
+        "operators": [
+            {
+                "integration-name": "avsim",
+                "python-modules": ["avsim.operators.phase", "avsim.operators.shard"],
+            }
+        ],
+        "sensors": [{"integration-name": "avsim", "python-modules": ["avsim.sensors.shards"]}],
+        "triggers": [{"integration-name": "avsim", "python-modules": ["avsim.triggers.shards"]}],
+        "integrations": [
+            {
+                "integration-name": "avsim",
+                "external-doc-url": "https://github.com/avsim/airflow-provider-avsim",
+                "tags": ["software"],
+            }
+        ],
+        "config": {
+            "avsim": {
+                "description": "Settings of the avsim weekly simulation run.",
+                "options": {
+                    key: {
+                        "description": desc,
+                        "version_added": "0.1.0",
+                        "type": typ,
+                        "example": None,
+                        "default": default,
+                    }
+                    for key, (default, typ, desc) in OPTIONS.items()
+                },
+            }
+        },
+    }
