@@ -1,0 +1,113 @@
+"""Catalog + settings -> :class:`WeeklyPlan`."""
+
+from __future__ import annotations
+
+import math
+
+from avsim.manifest.models import DEFAULT_BASE_PRIORITY, PhaseSpec, ResourceClass, RunClass
+from avsim.plan.catalog import GraphCatalog, shape_fingerprint
+from avsim.plan.graph import remaining_path, topological_order
+from avsim.plan.model import FamilyPlan, PhasePlan, PoolPlan, RunPhasePlan, WeeklyPlan
+from avsim.settings import AvsimSettings
+
+#: Weight added per minute of remaining critical path. Weights stay far below the gap
+#: between run-class bases, so a weekly phase always outranks an ad-hoc one.
+WEIGHT_PER_MINUTE = 1
+
+
+def pools_for(settings: AvsimSettings) -> tuple[PoolPlan, ...]:
+    return (
+        PoolPlan(settings.gpu_spot_pool, "avsim GPU phases on spot nodes (slots = GPUs)", "gpu", "gpu-spot"),
+        PoolPlan(
+            settings.gpu_on_demand_pool,
+            "avsim GPU phases on on-demand nodes (slots = GPUs)",
+            "gpu",
+            "gpu-on-demand",
+        ),
+        PoolPlan(settings.cpu_pool, "avsim CPU phases (one slot per phase)", "cpu", "cpu"),
+    )
+
+
+def phase_weight(base: int, remaining_seconds: float) -> int:
+    """Base of the run class plus the case's remaining critical path from this phase, in minutes."""
+    return base + WEIGHT_PER_MINUTE * max(1, math.ceil(remaining_seconds / 60.0))
+
+
+def _pool_and_slots(spec: PhaseSpec, settings: AvsimSettings) -> tuple[str, int]:
+    if spec.resources.resource_class is ResourceClass.GPU:
+        return settings.gpu_spot_pool, spec.resources.gpus
+    return settings.cpu_pool, 1
+
+
+def family_plan(name: str, phases: dict[str, PhaseSpec], settings: AvsimSettings, base: int) -> FamilyPlan:
+    deps = {n: list(p.depends_on) for n, p in phases.items()}
+    order = topological_order(deps)
+    remaining = remaining_path(deps, {n: p.estimated_duration_seconds for n, p in phases.items()})
+    planned = []
+    for pname in order:
+        spec = phases[pname]
+        pool, slots = _pool_and_slots(spec, settings)
+        planned.append(
+            PhasePlan(
+                name=pname,
+                upstream=tuple(spec.depends_on),
+                resource_class=spec.resources.resource_class.value,
+                pool=pool,
+                pool_slots=slots,
+                gpus=spec.resources.gpus,
+                cpus=spec.resources.cpus,
+                memory_bytes=spec.resources.memory_bytes,
+                estimated_seconds=spec.estimated_duration_seconds,
+                timeout_seconds=spec.timeout_seconds,
+                retries=spec.retry.infrastructure,
+                retry_delay_seconds=spec.retry.delay_seconds,
+                retry_backoff=spec.retry.backoff,
+                max_retry_delay_seconds=spec.retry.max_delay_seconds,
+                checkpoint=spec.checkpoint,
+                remaining_critical_path_seconds=remaining[pname],
+                priority_weight=phase_weight(base, remaining[pname]),
+            )
+        )
+    return FamilyPlan(
+        name=name,
+        group_id=name,
+        phases=tuple(planned),
+        fingerprint=shape_fingerprint(phases),
+        critical_path_seconds=max(remaining.values()),
+    )
+
+
+def build_plan(
+    catalog: GraphCatalog, settings: AvsimSettings, run_class: RunClass = RunClass.WEEKLY
+) -> WeeklyPlan:
+    base = DEFAULT_BASE_PRIORITY[run_class]
+    families = tuple(
+        family_plan(name, dict(graph.phases), settings, base) for name, graph in catalog.graphs.items()
+    )
+    rdeps = {n: list(p.depends_on) for n, p in catalog.run_phases.items()}
+    run_phases = []
+    for rname in topological_order(rdeps):
+        spec = catalog.run_phases[rname]
+        pool = settings.gpu_spot_pool if spec.resources.resource_class is ResourceClass.GPU else settings.cpu_pool
+        run_phases.append(
+            RunPhasePlan(
+                name=rname,
+                upstream=tuple(spec.depends_on),
+                pool=pool,
+                pool_slots=max(1, spec.resources.gpus),
+                timeout_seconds=spec.timeout_seconds,
+                retries=spec.retry.infrastructure,
+                retry_delay_seconds=spec.retry.delay_seconds,
+                # After every case: nothing is behind it, so it only needs the base.
+                priority_weight=base + 1,
+            )
+        )
+    return WeeklyPlan(
+        families=families,
+        run_phases=tuple(run_phases),
+        pools=pools_for(settings),
+        shard_size=settings.shard_size,
+        max_active_shards=settings.max_active_shards,
+        base_priority=base,
+        run_class=run_class.value,
+    )

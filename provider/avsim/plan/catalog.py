@@ -1,0 +1,114 @@
+"""The graph catalog: the phase graphs the weekly DAGs are built from.
+
+The catalog is what *shapes* the DAGs (one mapped task group per graph, one task
+per phase, pools, retries). It ships with the DAG files and changes by review;
+a weekly manifest brings the cases and may restate graphs, which must then match
+a deployed graph's shape (see :func:`shape_fingerprint`). Reading the catalog is
+all the DAG file does at parse time, so parse time does not grow with cases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import ConfigDict, Field, ValidationError
+
+from avsim.errors import ManifestError, Problem
+from avsim.manifest.models import GraphSpec, Name, PhaseSpec, RunPhaseSpec, _Strict
+from avsim.plan.graph import find_cycle
+
+
+class GraphCatalog(_Strict):
+    api_version: str = Field(default="avsim/v1", alias="apiVersion")
+    graphs: dict[Name, GraphSpec] = Field(min_length=1)
+    run_phases: dict[Name, RunPhaseSpec] = Field(default_factory=dict)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def shape_fingerprint(phases: Mapping[str, PhaseSpec]) -> str:
+    """Hash of the fields that shape the DAG: phase names, dependencies, resource class, GPUs, retries.
+
+    Commands, arguments, durations, timeouts, memory and checkpointing are read at run time
+    from the run's manifest snapshot and may differ from the catalog.
+    """
+    shape = {
+        name: {
+            "depends_on": sorted(p.depends_on),
+            "class": p.resources.resource_class.value,
+            "gpus": p.resources.gpus,
+            "retries": p.retry.infrastructure,
+        }
+        for name, p in phases.items()
+    }
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def describe_shape(phases: Mapping[str, PhaseSpec]) -> str:
+    """A one-line human description of a graph's shape, for error messages."""
+    parts = []
+    for name, p in phases.items():
+        cls = p.resources.resource_class.value
+        after = f" after {'+'.join(p.depends_on)}" if p.depends_on else ""
+        parts.append(f"{name}[{cls}]{after}")
+    return ", ".join(parts)
+
+
+def parse_catalog(data: object, source: str) -> GraphCatalog:
+    problems: list[Problem] = []
+    try:
+        catalog = GraphCatalog.model_validate(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            path = ".".join(str(x) for x in err["loc"])
+            problems.append(Problem(path, err["msg"]))
+        raise ManifestError(problems, source=f"graph catalog {source}") from None
+    for gname, graph in catalog.graphs.items():
+        deps = {n: list(p.depends_on) for n, p in graph.phases.items()}
+        for pname, ups in deps.items():
+            for i, up in enumerate(ups):
+                if up not in deps:
+                    problems.append(
+                        Problem(
+                            f"graphs.{gname}.phases.{pname}.depends_on[{i}]",
+                            f"unknown phase {up!r} (known: {', '.join(deps)})",
+                        )
+                    )
+        cycle = find_cycle(deps)
+        if cycle:
+            problems.append(Problem(f"graphs.{gname}.phases", f"phases form a cycle: {' -> '.join(cycle)}"))
+    rdeps = {n: list(p.depends_on) for n, p in catalog.run_phases.items()}
+    for rname, ups in rdeps.items():
+        for i, up in enumerate(ups):
+            if up not in rdeps:
+                problems.append(Problem(f"run_phases.{rname}.depends_on[{i}]", f"unknown run phase {up!r}"))
+    cycle = find_cycle(rdeps)
+    if cycle:
+        problems.append(Problem("run_phases", f"run phases form a cycle: {' -> '.join(cycle)}"))
+    if problems:
+        raise ManifestError(problems, source=f"graph catalog {source}")
+    return catalog
+
+
+def load_catalog(path: str | Path) -> GraphCatalog:
+    """Read a catalog file (YAML or JSON). Raises ManifestError naming the file and the field."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(
+            [Problem("", f"file not found; write one with `avsim catalog write {p}` or set [avsim] graph_catalog")],
+            source=f"graph catalog {p}",
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError([Problem("", str(exc))], source=f"graph catalog {p}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ManifestError([Problem("", f"not valid YAML/JSON: {exc}")], source=f"graph catalog {p}") from None
+    return parse_catalog(data, str(p))

@@ -1,0 +1,106 @@
+"""The neutral plan: plain dataclasses between the manifest and Airflow.
+
+Nothing here imports Airflow. The DAG builder turns a :class:`WeeklyPlan` into
+DAGs; the planner simulates it; most tests check it and never build an operator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    name: str
+    description: str
+    resource_class: str  # "gpu" | "cpu"
+    node_class: str  # "gpu-spot" | "gpu-on-demand" | "cpu"
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    """One phase of a graph family: one Airflow task inside the family's mapped group."""
+
+    name: str
+    upstream: tuple[str, ...]
+    resource_class: str
+    pool: str
+    pool_slots: int
+    gpus: int
+    cpus: float
+    memory_bytes: int
+    estimated_seconds: float
+    timeout_seconds: float
+    retries: int
+    retry_delay_seconds: float
+    retry_backoff: float
+    max_retry_delay_seconds: float
+    checkpoint: bool
+    #: Estimated seconds from this phase's start to the end of its case (this phase included).
+    remaining_critical_path_seconds: float
+    priority_weight: int
+
+
+@dataclass(frozen=True)
+class FamilyPlan:
+    """Cases sharing one phase graph: one mapped task group, one map index per case."""
+
+    name: str
+    group_id: str
+    #: Phases in a topological order (the order tasks are created and reported).
+    phases: tuple[PhasePlan, ...]
+    #: Hash of what shapes the DAG for this graph; a run's graph must match it.
+    fingerprint: str
+    critical_path_seconds: float
+
+    def phase(self, name: str) -> PhasePlan:
+        for p in self.phases:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    @property
+    def phase_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.phases)
+
+    @property
+    def gpu_seconds_per_case(self) -> float:
+        return sum(p.estimated_seconds * p.gpus for p in self.phases)
+
+
+@dataclass(frozen=True)
+class RunPhasePlan:
+    """A run-level phase (the weekly summary): after every shard of the week."""
+
+    name: str
+    upstream: tuple[str, ...]
+    pool: str
+    pool_slots: int
+    timeout_seconds: float
+    retries: int
+    retry_delay_seconds: float
+    priority_weight: int
+
+
+@dataclass(frozen=True)
+class WeeklyPlan:
+    """What shapes the weekly DAGs. Holds no case: cases reach the mapped groups at run time."""
+
+    families: tuple[FamilyPlan, ...]
+    run_phases: tuple[RunPhasePlan, ...]
+    pools: tuple[PoolPlan, ...]
+    shard_size: int
+    max_active_shards: int
+    base_priority: int
+    run_class: str = "weekly"
+    notes: tuple[str, ...] = field(default=())
+
+    def family(self, name: str) -> FamilyPlan:
+        for f in self.families:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    @property
+    def family_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.families)
