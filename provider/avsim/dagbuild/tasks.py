@@ -1,0 +1,189 @@
+"""The Python callables behind the weekly DAGs' non-phase tasks.
+
+Each is a plain function of explicit arguments, so tests call it without Airflow's
+scheduler; :mod:`avsim.dagbuild.weekly` wraps them as TaskFlow tasks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from avsim.artifacts import RunLayout, safe_key
+from avsim.errors import AvsimError, ManifestError, Problem
+from avsim.plan.model import WeeklyPlan
+from avsim.plan.shards import ShardPlan, assign_families, cut_shards
+from avsim.settings import AvsimSettings
+from avsim.storage import exists, read_json, write_json
+
+log = logging.getLogger(__name__)
+
+#: Counts reported per shard and per week, in this order.
+CASE_OUTCOMES = ("passed", "scenario_failed", "bad_input", "infra_failed")
+
+
+def run_key_for(dag_id: str, run_id: str) -> str:
+    return safe_key(f"{dag_id}__{run_id}")
+
+
+def shard_run_id(parent_run_id: str, shard: int) -> str:
+    return f"{parent_run_id}__shard_{shard:04d}"
+
+
+def manifest_source(params: dict[str, Any], settings: AvsimSettings, when: dt.datetime | None) -> str:
+    """The manifest a run uses: the trigger's ``manifest`` parameter, else ``[avsim] default_manifest``."""
+    source = str(params.get("manifest") or settings.default_manifest or "").strip()
+    if not source:
+        raise ManifestError(
+            [
+                Problem(
+                    "params.manifest",
+                    "no manifest given; trigger the DAG with conf {'manifest': '<path or URI>'} "
+                    "or set [avsim] default_manifest for the scheduled run",
+                )
+            ],
+            source="DAG run conf",
+        )
+    if "{iso_week}" in source:
+        when = when or dt.datetime.now(dt.timezone.utc)
+        year, week, _ = when.isocalendar()
+        source = source.replace("{iso_week}", f"{year}-W{week:02d}")
+    return source
+
+
+def prepare_week(
+    *,
+    source: str,
+    plan: WeeklyPlan,
+    settings: AvsimSettings,
+    dag_id: str,
+    run_id: str,
+    shard_dag_id: str,
+) -> dict[str, Any]:
+    """Load and check the manifest, snapshot it, cut it into shards and describe the shard runs.
+
+    Idempotent: a retry finds the same snapshot and shard files and returns the same answer;
+    a different manifest under the same run is refused (the snapshot is immutable).
+    """
+    from avsim.manifest.loader import load_manifest
+    from avsim.manifest.snapshot import write_snapshot
+
+    loaded = load_manifest(source, max_bytes=settings.max_manifest_bytes)
+    manifest = loaded.manifest
+    families = assign_families(manifest, plan)
+    layout = RunLayout(settings.resolved_artifact_root, run_key_for(dag_id, run_id))
+    snapshot = write_snapshot(loaded, layout)
+    shards = cut_shards(manifest, families, plan.shard_size)
+    for shard in shards:
+        uri = layout.shard_cases(shard.index)
+        if not exists(uri):
+            write_json(uri, shard.to_json())
+    run = {
+        "run_key": layout.run_key,
+        "artifact_root": layout.root,
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "manifest_source": source,
+        "manifest_sha256": snapshot.sha256,
+        "build_id": manifest.run.build.build_id,
+        "image": manifest.run.build.image,
+        "run_class": manifest.run.run_class.value,
+        "iso_week": manifest.run.iso_week,
+        "case_count": len(manifest.cases),
+        "shard_count": len(shards),
+    }
+    log.info(
+        "week %s: %d cases in %d shards of at most %d (build %s, manifest sha256 %s)",
+        manifest.run.iso_week,
+        len(manifest.cases),
+        len(shards),
+        plan.shard_size,
+        manifest.run.build.build_id,
+        snapshot.sha256,
+    )
+    return {
+        "run": run,
+        "shards": [
+            {
+                "shard": s.index,
+                "shard_run_id": shard_run_id(run_id, s.index),
+                "conf": {"run": run, "shard": s.index},
+            }
+            for s in shards
+        ],
+        "shard_inputs": {f"shard_{s.index:05d}": layout.shard_dir(s.index) for s in shards},
+    }
+
+
+def load_shard(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
+    """A shard run's first task: check its conf and hand each family group its cases."""
+    problems = []
+    run = conf.get("run")
+    if not isinstance(run, dict) or not {"run_key", "artifact_root"} <= set(run):
+        problems.append(Problem("conf.run", "missing or incomplete; shard runs are started by the weekly run"))
+    if not isinstance(conf.get("shard"), int) or isinstance(conf.get("shard"), bool):
+        problems.append(Problem("conf.shard", f"must be an integer shard index, got {conf.get('shard')!r}"))
+    if problems:
+        raise ManifestError(problems, source="shard DAG run conf")
+    assert isinstance(run, dict)
+    layout = RunLayout(run["artifact_root"], run["run_key"])
+    shard = ShardPlan.from_json(read_json(layout.shard_cases(int(conf["shard"]))))
+    unknown = set(shard.by_family) - set(plan.family_names)
+    if unknown:
+        raise AvsimError(
+            f"shard {shard.index} has cases of families {sorted(unknown)} that this DAG version does not "
+            f"deploy ({', '.join(plan.family_names)}); the graph catalog changed since the week started"
+        )
+    out: dict[str, Any] = {"run": run, "shard": shard.index}
+    for fam in plan.families:
+        out[f"cases_{fam.name}"] = shard.by_family.get(fam.name, [])
+    return out
+
+
+def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
+    """A shard run's last task (runs whatever happened): write the shard's summary to the ledger."""
+    from avsim.ledger.store import Ledger, summarize_shard
+
+    run = conf["run"]
+    layout = RunLayout(run["artifact_root"], run["run_key"])
+    shard = ShardPlan.from_json(read_json(layout.shard_cases(int(conf["shard"]))))
+    cases = [
+        {"case_id": c["case_id"], "graph": fam, "phases": list(plan.family(fam).phase_names)}
+        for fam, entries in shard.by_family.items()
+        for c in entries
+    ]
+    summary = summarize_shard(Ledger(layout), shard.index, cases)
+    counts = dict.fromkeys(CASE_OUTCOMES, 0)
+    for case in summary["cases"]:
+        counts[case["outcome"]] = counts.get(case["outcome"], 0) + 1
+    summary["counts"] = {"cases": len(summary["cases"]), **counts}
+    write_json(layout.shard_summary(shard.index), summary)
+    log.info("shard %d: %s", shard.index, summary["counts"])
+    return dict(summary["counts"])
+
+
+def write_week_report(run: dict[str, Any], run_phases: list[str]) -> dict[str, str]:
+    """The weekly report from the shard summaries and the run-level phases' outcomes."""
+    from avsim.ledger.store import Ledger
+    from avsim.report.build import build_report, write_report
+
+    layout = RunLayout(run["artifact_root"], run["run_key"])
+    ledger = Ledger(layout)
+    head = read_json(layout.head_uri)
+    summaries = ledger.shard_summaries()
+    run_phase_outcomes = {}
+    for name in run_phases:
+        rec = ledger.outcome("_run", name)
+        run_phase_outcomes[name] = rec.outcome.value if rec else "not_run"
+    report = build_report(
+        head,
+        summaries,
+        run_phase_outcomes,
+        run_id=str(run.get("run_id", run["run_key"])),
+        generated_at=dt.datetime.now(dt.timezone.utc),
+        manifest_sha256=run.get("manifest_sha256"),
+    )
+    uris = write_report(layout, report)
+    log.info("weekly report: %s", uris)
+    return uris

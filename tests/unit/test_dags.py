@@ -1,0 +1,82 @@
+"""The DAG files: they import cleanly, have the planned shape, serialize, and one bad file harms no other."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(ROOT / "dags"))
+
+
+def test_no_import_errors(dagbag) -> None:
+    assert dagbag.import_errors == {}
+    assert {"avsim_weekly", "avsim_weekly_shard"} <= set(dagbag.dag_ids)
+
+
+def test_parent_shape(dagbag) -> None:
+    dag = dagbag.dags["avsim_weekly"]
+    assert "manifest" in dag.params
+    assert type(dag.timetable).__name__ == "CronTriggerTimetable"  # scheduled weekly
+    ids = set(dag.task_dict)
+    assert {"prepare", "shards.start", "shards.wait", "report"} <= ids
+    assert dag.task_dict["report"].trigger_rule == "all_done"
+    assert "prepare" in dag.task_dict["shards.start"].upstream_task_ids or "prepare" in {
+        t.task_id for t in dag.task_dict["shards.start"].get_direct_relatives(upstream=True)
+    }
+    summary = [t for t in ids if t.startswith("run_phases.")]
+    assert summary, "the run-level phases follow every shard"
+    assert dag.task_dict[summary[0]].trigger_rule == "all_done"
+
+
+def test_shard_dag_has_one_mapped_group_per_family(dagbag) -> None:
+    from avsim.dagbuild.factory import load_plan
+
+    plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml")
+    dag = dagbag.dags["avsim_weekly_shard"]
+    assert dag.max_active_runs == plan.max_active_shards
+    for fam in plan.families:
+        group = dag.task_group_dict[fam.group_id]
+        assert type(group).__name__ == "MappedTaskGroup"
+        for ph in fam.phases:
+            t = dag.task_dict[f"{fam.group_id}.{ph.name}"]
+            assert t.pool == ph.pool and t.pool_slots == ph.pool_slots
+            assert t.priority_weight == ph.priority_weight and t.retries == ph.retries
+            assert {f"{fam.group_id}.{u}" for u in ph.upstream} <= t.upstream_task_ids
+        assert f"cases_{fam.name}" in dag.task_dict
+        assert "summarize" in dag.task_dict[f"{fam.group_id}.{fam.phases[-1].name}"].downstream_task_ids
+    assert dag.task_dict["summarize"].trigger_rule == "all_done"
+
+
+def test_dags_serialize(dagbag) -> None:
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    for dag_id in ("avsim_weekly", "avsim_weekly_shard"):
+        data = DagSerialization.to_dict(dagbag.dags[dag_id])
+        assert DagSerialization.from_dict(data).dag_id == dag_id
+
+
+def test_a_bad_catalog_breaks_only_its_own_file(tmp_path: Path) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    shutil.copy(ROOT / "dags" / "avsim_weekly.py", tmp_path / "avsim_weekly.py")
+    shutil.copy(ROOT / "dags" / "avsim_graphs.yaml", tmp_path / "avsim_graphs.yaml")
+    (tmp_path / "broken_graphs.yaml").write_text("apiVersion: avsim/v1\ngraphs:\n  g:\n    phases: {}\n")
+    (tmp_path / "avsim_broken.py").write_text(
+        "# airflow DAG file with a bad catalog\nfrom pathlib import Path\n"
+        "from avsim.dagbuild.factory import load_weekly_dags\n"
+        "globals().update(load_weekly_dags(catalog=Path(__file__).with_name('broken_graphs.yaml'), "
+        "dag_id='avsim_broken'))\n"
+    )
+    bag = DagBag(dag_folder=str(tmp_path))
+    assert list(bag.import_errors) == [str(tmp_path / "avsim_broken.py")]
+    assert "graphs.g.phases" in next(iter(bag.import_errors.values()))
+    assert {"avsim_weekly", "avsim_weekly_shard"} <= set(bag.dag_ids)
