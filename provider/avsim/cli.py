@@ -1,0 +1,175 @@
+"""The ``avsim`` command."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from avsim.errors import AvsimError, ManifestError
+
+app = typer.Typer(help="avsim: the weekly simulation regression run on Apache Airflow.", no_args_is_help=True)
+manifest_app = typer.Typer(help="Write and check weekly manifests.", no_args_is_help=True)
+catalog_app = typer.Typer(help="The graph catalog that shapes the weekly DAGs.", no_args_is_help=True)
+app.add_typer(manifest_app, name="manifest")
+app.add_typer(catalog_app, name="catalog")
+
+
+def _fail(exc: Exception) -> None:
+    typer.secho(str(exc), fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=1)
+
+
+@manifest_app.command("sample")
+def manifest_sample(
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write it (.yaml, .yml or .json)."),
+    cases: int = typer.Option(200, "--cases", "-n", min=1, max=1_000_000, help="How many cases."),
+    seed: int = typer.Option(7, help="Seed of the generator (the manifest is deterministic)."),
+    time_scale: float = typer.Option(
+        0.001, help="Fake-simulator seconds per estimated second (0.001: a 30-minute phase runs 1.8 s)."
+    ),
+    scenario_fail_rate: float = typer.Option(0.03, min=0, max=1, help="Share of scenarios the software fails."),
+    crash_rate: float = typer.Option(0.0, min=0, max=1, help="Share of attempts that crash (infrastructure)."),
+    iso_week: str = typer.Option(None, help="ISO week, e.g. 2026-W49 (default: this week)."),
+) -> None:
+    """Write a realistic sample manifest of N cases."""
+    from avsim.manifest.sample import write_sample
+
+    write_sample(
+        out,
+        cases=cases,
+        seed=seed,
+        time_scale=time_scale,
+        scenario_fail_rate=scenario_fail_rate,
+        crash_rate=crash_rate,
+        iso_week=iso_week,
+    )
+    typer.echo(f"wrote {out} ({cases} cases)")
+
+
+@manifest_app.command("validate")
+def manifest_validate(
+    source: str = typer.Argument(..., help="Path or URI of the manifest."),
+    catalog: Path = typer.Option(None, help="Also check it against this graph catalog (the deployed DAG)."),
+) -> None:
+    """Check a manifest; print every problem with its path and the fix."""
+    from avsim.manifest.loader import load_manifest
+
+    try:
+        loaded = load_manifest(source)
+        families = None
+        if catalog is not None:
+            from avsim.plan.build import build_plan
+            from avsim.plan.catalog import load_catalog
+            from avsim.plan.shards import assign_families
+            from avsim.settings import AvsimSettings
+
+            families = assign_families(loaded.manifest, build_plan(load_catalog(catalog), AvsimSettings()))
+    except AvsimError as exc:
+        _fail(exc)
+        return
+    m = loaded.manifest
+    typer.echo(
+        f"{source}: valid. {len(m.cases)} cases, {len(m.graphs)} graphs, build {m.run.build.build_id}, "
+        f"week {m.run.iso_week}, sha256 {loaded.sha256}"
+    )
+    if families is not None:
+        counts: dict[str, int] = {}
+        for f in families:
+            counts[f] = counts.get(f, 0) + 1
+        typer.echo("families: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+
+
+@catalog_app.command("write")
+def catalog_write(
+    out: Path = typer.Argument(..., help="Where to write the catalog (YAML)."),
+    from_manifest: str = typer.Option(None, "--from", help="Take the graphs of this manifest (default: the sample's)."),
+) -> None:
+    """Write a graph catalog: the graphs and run-level phases of a manifest."""
+    import yaml
+
+    if from_manifest:
+        from avsim.manifest.loader import load_manifest
+
+        try:
+            doc = load_manifest(from_manifest).manifest.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        except AvsimError as exc:
+            _fail(exc)
+            return
+    else:
+        from avsim.manifest.sample import sample_manifest
+
+        doc = sample_manifest(1)
+    catalog = {"apiVersion": "avsim/v1", "graphs": doc["graphs"], "run_phases": doc.get("run_phases", {})}
+    out.write_text(yaml.safe_dump(catalog, sort_keys=False))
+    typer.echo(f"wrote {out} ({len(catalog['graphs'])} graphs)")
+
+
+@app.command("demo")
+def demo(
+    cases: int = typer.Option(200, "--cases", "-n", min=1, help="Cases in the demo week."),
+    home: Path = typer.Option(Path(".avsim/demo"), help="Airflow home the demo prepares and uses."),
+    shard_size: int = typer.Option(50, help="Cases per shard run (S)."),
+    max_active_shards: int = typer.Option(2, help="Shard runs active at once (W)."),
+    crash_rate: float = typer.Option(0.02, min=0, max=1, help="Share of attempts that crash and are retried."),
+    exit_when_done: bool = typer.Option(False, help="Stop Airflow once the report is written."),
+) -> None:
+    """Run a whole weekly run on this machine with the real Airflow components."""
+    from avsim.demo import run_demo
+
+    try:
+        code = run_demo(
+            cases=cases,
+            home=home,
+            shard_size=shard_size,
+            max_active_shards=max_active_shards,
+            crash_rate=crash_rate,
+            exit_when_done=exit_when_done,
+        )
+    except AvsimError as exc:
+        _fail(exc)
+        return
+    raise typer.Exit(code=code)
+
+
+@app.command("report")
+def report(
+    run: str = typer.Argument(..., help="The run key (runs/<run key>/ in the artifact store) or parent run id."),
+    artifact_root: str = typer.Option(None, help="Artifact root URI (default: [avsim] artifact_root)."),
+    dag_id: str = typer.Option("avsim_weekly", help="The weekly DAG, to turn a run id into its run key."),
+) -> None:
+    """Regenerate a run's weekly report from its ledger."""
+    from avsim.artifacts import RunLayout
+    from avsim.dagbuild.tasks import run_key_for, write_week_report
+    from avsim.settings import load_settings
+    from avsim.storage import exists, path, read_json
+
+    root = artifact_root or load_settings().resolved_artifact_root
+    key = run
+    if not exists(RunLayout(root, key).head_uri):
+        key = run_key_for(dag_id, run)
+    layout = RunLayout(root, key)
+    if not exists(layout.head_uri):
+        _fail(ManifestError([], source=f"no run {run!r} under {root} (looked for {layout.head_uri})"))
+    head = read_json(layout.head_uri)
+    descriptor = {
+        "run_key": key,
+        "artifact_root": root,
+        "run_id": run,
+        "manifest_sha256": path(layout.digest_uri).read_text().strip() if exists(layout.digest_uri) else None,
+    }
+    uris = write_week_report(descriptor, list(head.get("run_phases", {})))
+    typer.echo(json.dumps(uris, indent=2))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""``avsim demo``: a whole weekly run on this machine, on the real Airflow components.
+
+Prepares its own Airflow home (SQLite, LocalExecutor), writes a sample manifest, starts
+the scheduler, dag-processor, triggerer and api-server, triggers the weekly run, shows a
+progress bar of cases and phases, and prints where the report is and where the UI is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from avsim.errors import AvsimError
+from avsim.stack import LocalStack
+
+PARENT_DAG = "avsim_weekly"
+SHARD_DAG = f"{PARENT_DAG}_shard"
+FINISHED = ("success", "failed", "upstream_failed", "skipped", "removed")
+
+
+def checkout_folder(name: str) -> Path:
+    """``dags/`` or ``plugins/`` of the checkout this package is installed from (editable install)."""
+    import avsim
+
+    folder = Path(avsim.__file__).resolve().parents[2] / name
+    if not folder.is_dir():
+        raise AvsimError(f"no {name}/ folder next to {folder.parent}; run the demo from a checkout of avsim")
+    return folder
+
+
+@dataclass
+class Progress:
+    parent_state: str | None
+    cases_done: int
+    phases_done: int
+    failed: int
+    shards_done: int
+    shards_total: int
+
+
+def demo_pools(gpus: int, cpus: int) -> dict[str, tuple[int, str]]:
+    from avsim.plan.build import pools_for
+    from avsim.settings import AvsimSettings
+
+    slots = {"gpu-spot": gpus, "gpu-on-demand": max(1, gpus // 4), "cpu": cpus}
+    return {p.name: (slots[p.node_class], p.description) for p in pools_for(AvsimSettings())}
+
+
+class RunWatcher:
+    """Reads a weekly run's progress from the metadata database (read-only queries)."""
+
+    def __init__(self, conn: str, run_id: str, last_phases: dict[str, str]) -> None:
+        import sqlalchemy
+
+        self.engine = sqlalchemy.create_engine(conn)
+        self.run_id = run_id
+        self.last_phases = last_phases  # family group id -> its last phase's task id
+
+    def poll(self) -> Progress:
+        from sqlalchemy import text
+
+        with self.engine.connect() as c:
+            parent = c.execute(
+                text("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r"), {"d": PARENT_DAG, "r": self.run_id}
+            ).scalar()
+            rows = c.execute(
+                text(
+                    "SELECT task_id, state, count(*) FROM task_instance WHERE dag_id = :d AND run_id LIKE :p "
+                    "AND map_index >= 0 GROUP BY task_id, state"
+                ),
+                {"d": SHARD_DAG, "p": f"{self.run_id}__shard_%"},
+            ).all()
+            shards = c.execute(
+                text("SELECT state, count(*) FROM dag_run WHERE dag_id = :d AND run_id LIKE :p GROUP BY state"),
+                {"d": SHARD_DAG, "p": f"{self.run_id}__shard_%"},
+            ).all()
+        phases_done = sum(n for _, state, n in rows if state in FINISHED)
+        failed = sum(n for _, state, n in rows if state == "failed")
+        last = set(self.last_phases.values())
+        cases_done = sum(n for task, state, n in rows if task in last and state in FINISHED)
+        shards_done = sum(n for state, n in shards if state in ("success", "failed"))
+        return Progress(parent, cases_done, phases_done, failed, shards_done, sum(n for _, n in shards))
+
+
+def run_demo(
+    *,
+    cases: int,
+    home: Path,
+    shard_size: int,
+    max_active_shards: int,
+    crash_rate: float,
+    exit_when_done: bool,
+    gpus: int = 8,
+    cpus: int = 16,
+    timeout_seconds: float = 3 * 3600,
+) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+
+    from avsim.dagbuild.factory import load_plan
+    from avsim.manifest.sample import sample_manifest
+    from avsim.settings import AvsimSettings
+
+    console = Console()
+    home = home.resolve()
+    dags, plugins = checkout_folder("dags"), checkout_folder("plugins")
+    settings = AvsimSettings(shard_size=shard_size, max_active_shards=max_active_shards)
+    plan = load_plan(dags / "avsim_graphs.yaml", settings)
+    manifest_path = home / "manifests" / "demo.json"
+    manifest_path.parent.mkdir(parents=True, exist_ok=True)
+    doc = sample_manifest(cases, crash_rate=crash_rate)
+    manifest_path.write_text(json.dumps(doc))
+    total_phases = sum(len(plan.family(c["graph"]).phases) for c in doc["cases"])
+    stack = LocalStack(
+        home=home,
+        dags_folder=dags,
+        plugins_folder=plugins,
+        parallelism=16,
+        extra_env={
+            "AIRFLOW__AVSIM__SHARD_SIZE": str(shard_size),
+            "AIRFLOW__AVSIM__MAX_ACTIVE_SHARDS": str(max_active_shards),
+            "AIRFLOW__AVSIM__SHARD_POLL_SECONDS": "2",
+        },
+    )
+    try:
+        with console.status("preparing the Airflow home and its database"):
+            stack.migrate()
+            stack.set_pools(demo_pools(gpus, cpus))
+        with console.status("starting scheduler, dag-processor, triggerer and api-server"):
+            stack.start()
+            wait_for_dag(stack, PARENT_DAG)
+        run_id = f"demo__{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}"
+        stack.airflow("dags", "trigger", PARENT_DAG, "--run-id", run_id, "--conf", json.dumps({"manifest": str(manifest_path)}))
+        console.print(f"triggered [bold]{PARENT_DAG}[/] run [bold]{run_id}[/]: {cases} cases, {total_phases} phases")
+        console.print(f"Airflow UI: {stack.api_url}/dags/{PARENT_DAG}/runs/{run_id}")
+        watcher = RunWatcher(stack.conn, run_id, {f.group_id: f"{f.group_id}.{f.phases[-1].name}" for f in plan.families})
+        deadline = time.monotonic() + timeout_seconds
+        with Bar(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        ) as bar:
+            t_cases = bar.add_task("cases ", total=cases)
+            t_phases = bar.add_task("phases", total=total_phases)
+            t_shards = bar.add_task("shards", total=None)
+            while True:
+                p = watcher.poll()
+                bar.update(t_cases, completed=p.cases_done)
+                bar.update(t_phases, completed=p.phases_done, description=f"phases ({p.failed} failed)")
+                bar.update(t_shards, completed=p.shards_done, total=p.shards_total or None)
+                if p.parent_state in ("success", "failed"):
+                    break
+                if time.monotonic() > deadline:
+                    raise AvsimError(f"the demo run did not finish within {timeout_seconds:.0f}s; see {home}/logs")
+                time.sleep(1)
+        return finish(console, stack, run_id, p, exit_when_done)
+    finally:
+        stack.stop()
+
+
+def wait_for_dag(stack: LocalStack, dag_id: str, timeout: float = 180) -> None:
+    import sqlalchemy
+    from sqlalchemy import text
+
+    engine = sqlalchemy.create_engine(stack.conn)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with engine.connect() as c:
+                if c.execute(text("SELECT 1 FROM serialized_dag WHERE dag_id = :d"), {"d": dag_id}).first():
+                    errors = c.execute(text("SELECT filename, stacktrace FROM import_error")).all()
+                    if errors:
+                        raise AvsimError(f"DAG import errors: {errors}")
+                    return
+        except sqlalchemy.exc.OperationalError:
+            pass
+        time.sleep(1)
+    raise AvsimError(f"{dag_id} was not parsed within {timeout:.0f}s; see {stack.home}/logs/dag-processor.log")
+
+
+def finish(console: Any, stack: LocalStack, run_id: str, p: Progress, exit_when_done: bool) -> int:
+    from avsim.artifacts import RunLayout
+    from avsim.dagbuild.tasks import run_key_for
+    from avsim.storage import read_json
+
+    layout = RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for(PARENT_DAG, run_id))
+    report_json = f"{layout.report_dir}/report.json"
+    try:
+        report = read_json(report_json)
+        totals = report.get("totals", {})
+        console.print(f"weekly run {p.parent_state}: {json.dumps(totals)}")
+    except (FileNotFoundError, OSError, ValueError):
+        console.print(f"[red]weekly run {p.parent_state}, but no report at {report_json}[/]")
+        return 1
+    console.print(f"report: {layout.report_dir.removeprefix('file://')}/report.html")
+    console.print(f"Airflow UI: {stack.api_url}/dags/{PARENT_DAG}/runs/{run_id}")
+    if not exit_when_done:
+        console.print("Airflow keeps running for you to look around; press Ctrl-C to stop it.")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0 if p.parent_state == "success" else 1

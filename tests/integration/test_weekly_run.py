@@ -1,0 +1,141 @@
+"""A small weekly run on the real scheduler, dag-processor, triggerer and api-server, on PostgreSQL.
+
+Nothing is mocked: the phases are real processes of the fake simulator writing real artifacts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from avsim.artifacts import RunLayout
+from avsim.dagbuild.factory import load_plan
+from avsim.dagbuild.tasks import run_key_for
+from avsim.demo import demo_pools, wait_for_dag
+from avsim.manifest.sample import sample_manifest
+from avsim.settings import AvsimSettings
+from avsim.stack import LocalStack
+from tests.support.airflow_run import query, trigger, wait_for_run
+from tests.support.postgres import postgres_cluster
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = 24
+SHARD_SIZE = 10
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    base = tmp_path_factory.mktemp("weekly")
+    with postgres_cluster(base / "pg") as url:
+        s = LocalStack(
+            home=base / "airflow",
+            dags_folder=ROOT / "dags",
+            plugins_folder=ROOT / "plugins",
+            sql_alchemy_conn=url,
+            extra_env={
+                "AIRFLOW__AVSIM__SHARD_SIZE": str(SHARD_SIZE),
+                "AIRFLOW__AVSIM__MAX_ACTIVE_SHARDS": "2",
+                "AIRFLOW__AVSIM__SHARD_POLL_SECONDS": "1",
+            },
+        )
+        s.migrate()
+        s.set_pools(demo_pools(gpus=4, cpus=8))
+        s.start()
+        try:
+            wait_for_dag(s, "avsim_weekly")
+            wait_for_dag(s, "avsim_weekly_shard")
+            yield s
+        finally:
+            s.stop()
+
+
+def _read(uri: str):
+    return json.loads(Path(uri.removeprefix("file://")).read_text())
+
+
+def test_weekly_run_runs_every_phase_once_in_order(stack: LocalStack) -> None:
+    doc = sample_manifest(CASES, time_scale=0.00002, scenario_fail_rate=0.2, crash_rate=0.0)
+    manifest = stack.home / "week.json"
+    manifest.write_text(json.dumps(doc))
+    run_id = "it__weekly"
+    trigger(stack, "avsim_weekly", run_id, {"manifest": str(manifest)})
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=900) == "success"
+
+    plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml", AvsimSettings(shard_size=SHARD_SIZE))
+    shard_runs = query(
+        stack, "SELECT run_id, state FROM dag_run WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p",
+        p=f"{run_id}__shard_%",
+    )
+    assert sorted(shard_runs) == [(f"{run_id}__shard_{k:04d}", "success") for k in range(3)]
+
+    # Every phase of every case: one task instance, one try, success.
+    tis = query(
+        stack,
+        "SELECT task_id, map_index, rendered_map_index, state, try_number FROM task_instance "
+        "WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p AND map_index >= 0",
+        p=f"{run_id}__shard_%",
+    )
+    expected = {(f"{c['graph']}.{ph}", c["id"]) for c in doc["cases"] for ph in plan.family(c["graph"]).phase_names}
+    seen = {(t.task_id, t.rendered_map_index) for t in tis}
+    assert seen == expected
+    assert all(t.state == "success" and t.try_number == 1 for t in tis), [t for t in tis if t.state != "success"]
+
+    # The ledger: one attempt per (case, phase), each starting after its upstream phases ended.
+    layout = RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for("avsim_weekly", run_id))
+    attempts = {}
+    for case in doc["cases"]:
+        for ph in plan.family(case["graph"]).phases:
+            folder = Path(layout.ledger.removeprefix("file://")) / "attempts" / case["id"] / ph.name
+            records = sorted(folder.glob("*.json"))
+            assert [r.name for r in records] == ["1.json"], (case["id"], ph.name)
+            attempts[(case["id"], ph.name)] = json.loads(records[0].read_text())
+            for up in ph.upstream:
+                up_end = dt.datetime.fromisoformat(attempts[(case["id"], up)]["ended_at"])
+                start = dt.datetime.fromisoformat(attempts[(case["id"], ph.name)]["started_at"])
+                assert start >= up_end, (case["id"], up, ph.name)
+
+    # The report agrees with the ledger's committed outcomes.
+    report = _read(f"{layout.report_dir}/report.json")
+    by_case: dict[str, set[str]] = defaultdict(set)
+    for (case_id, _), rec in attempts.items():
+        by_case[case_id].add(rec["outcome"])
+    scenario_failed = sorted(c for c, outs in by_case.items() if "scenario_failed" in outs)
+    assert 0 < len(scenario_failed) < CASES, "the sample's seeds give some scenario failures"
+    totals = report["totals"]
+    assert totals["cases"] == CASES
+    assert totals["passed"] == CASES - len(scenario_failed)
+    assert totals["scenario_failed"] == len(scenario_failed)
+    assert sorted(f["case_id"] for f in report["failed_cases"]) == scenario_failed
+    html = Path(f"{layout.report_dir.removeprefix('file://')}/report.html").read_text()
+    for case_id in scenario_failed:
+        assert case_id in html
+    # The run-level summary ran after every shard and saw each shard's summary.
+    summary = query(
+        stack, "SELECT state, try_number FROM task_instance WHERE dag_id = 'avsim_weekly' AND run_id = :r "
+        "AND task_id = 'run_phases.weekly_summary'", r=run_id,
+    )
+    assert summary == [("success", 1)]
+
+
+def test_bad_manifest_fails_fast_and_starts_no_shard(stack: LocalStack) -> None:
+    doc = sample_manifest(3)
+    doc["cases"][1]["graph"] = "perception_v2"
+    manifest = stack.home / "bad.json"
+    manifest.write_text(json.dumps(doc))
+    run_id = "it__bad_manifest"
+    trigger(stack, "avsim_weekly", run_id, {"manifest": str(manifest)})
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=300) == "failed"
+    prepare = query(
+        stack, "SELECT state, try_number FROM task_instance WHERE dag_id = 'avsim_weekly' AND run_id = :r "
+        "AND task_id = 'prepare'", r=run_id,
+    )
+    assert prepare == [("failed", 1)], "bad input is not retried"
+    assert query(stack, "SELECT run_id FROM dag_run WHERE run_id LIKE :p", p=f"{run_id}__shard_%") == []
+    log = next((stack.home / "logs").glob(f"dag_id=avsim_weekly/run_id={run_id}/task_id=prepare/**/*.log"))
+    assert "cases[1].graph: unknown graph 'perception_v2'" in log.read_text()

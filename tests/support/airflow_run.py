@@ -1,0 +1,42 @@
+"""Helpers for tests that drive a real Airflow stack: trigger a run, wait for it, read the database."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy import text
+
+from avsim.stack import LocalStack
+
+
+def trigger(stack: LocalStack, dag_id: str, run_id: str, conf: dict[str, Any]) -> None:
+    stack.airflow("dags", "trigger", dag_id, "--run-id", run_id, "--conf", json.dumps(conf))
+
+
+def wait_for_run(stack: LocalStack, dag_id: str, run_id: str, timeout: float = 600) -> str:
+    engine = sqlalchemy.create_engine(stack.conn)
+    deadline = time.monotonic() + timeout
+    state = None
+    while time.monotonic() < deadline:
+        with engine.connect() as c:
+            state = c.execute(
+                text("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r"), {"d": dag_id, "r": run_id}
+            ).scalar()
+        if state in ("success", "failed"):
+            return str(state)
+        time.sleep(1)
+    logs = "\n".join(
+        f"--- {name}.log ---\n" + (stack.home / "logs" / f"{name}.log").read_text()[-3000:]
+        for name in ("scheduler", "triggerer")
+        if (stack.home / "logs" / f"{name}.log").exists()
+    )
+    raise TimeoutError(f"{dag_id} run {run_id} still {state} after {timeout:.0f}s\n{logs}")
+
+
+def query(stack: LocalStack, sql: str, **params: Any) -> list[Any]:
+    engine = sqlalchemy.create_engine(stack.conn)
+    with engine.connect() as c:
+        return list(c.execute(text(sql), params).all())

@@ -1,0 +1,51 @@
+"""Provider metadata, the [avsim] settings, and the shard trigger's serialization."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from avsim.errors import ConfigError
+from avsim.get_provider_info import get_provider_info
+from avsim.settings import OPTIONS, AvsimSettings, load_settings
+
+
+def test_provider_info_names_importable_modules_and_config() -> None:
+    info = get_provider_info()
+    assert info["package-name"] == "airflow-provider-avsim"
+    for kind in ("operators", "sensors", "triggers"):
+        for entry in info[kind]:
+            for module in entry["python-modules"]:
+                importlib.import_module(module)
+    options = info["config"]["avsim"]["options"]
+    assert set(options) == set(OPTIONS)
+    assert options["shard_size"]["default"] == str(AvsimSettings().shard_size)
+    assert options["max_active_shards"]["default"] == str(AvsimSettings().max_active_shards)
+
+
+def test_settings_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__AVSIM__SHARD_SIZE", "40")
+    monkeypatch.setenv("AIRFLOW__AVSIM__MAX_ACTIVE_SHARDS", "3")
+    s = load_settings()
+    assert (s.shard_size, s.max_active_shards, s.backend) == (40, 3, "local")
+    assert s.resolved_artifact_root.startswith("file://")
+    monkeypatch.setenv("AIRFLOW__AVSIM__SHARD_SIZE", "many")
+    with pytest.raises(ConfigError, match="wrong type"):
+        load_settings()
+    with pytest.raises(ConfigError, match="backend"):
+        AvsimSettings(backend="slurm")
+
+
+def test_shard_trigger_serialize_round_trip() -> None:
+    from avsim.triggers.shards import ShardRunTrigger
+
+    trigger = ShardRunTrigger(dag_id="avsim_weekly_shard", run_id="manual__x__shard_0003", poll_interval=7)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "avsim.triggers.shards.ShardRunTrigger"
+    module, _, name = classpath.rpartition(".")
+    again = getattr(importlib.import_module(module), name)(**kwargs)
+    assert again.serialize() == (classpath, kwargs)
+    import json
+
+    json.dumps(kwargs)  # JSON-friendly arguments only
