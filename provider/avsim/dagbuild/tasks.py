@@ -148,17 +148,21 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
     run = conf["run"]
     layout = RunLayout(run["artifact_root"], run["run_key"])
     shard = ShardPlan.from_json(read_json(layout.shard_cases(int(conf["shard"]))))
-    cases = [
-        {"case_id": c["case_id"], "graph": fam, "phases": list(plan.family(fam).phase_names)}
-        for fam, entries in shard.by_family.items()
-        for c in entries
-    ]
-    summary = summarize_shard(Ledger(layout), shard.index, cases)
+    cases = []
+    for fam, entries in shard.by_family.items():
+        family = plan.family(fam)
+        depends_on = {p.name: list(p.upstream) for p in family.phases}
+        for c in entries:
+            cases.append(
+                {"case_id": c["case_id"], "graph": fam, "phases": list(family.phase_names), "depends_on": depends_on}
+            )
+    ledger = Ledger(layout)
+    summary = summarize_shard(ledger, shard.index, cases)
     counts = dict.fromkeys(CASE_OUTCOMES, 0)
     for case in summary["cases"]:
         counts[case["outcome"]] = counts.get(case["outcome"], 0) + 1
     summary["counts"] = {"cases": len(summary["cases"]), **counts}
-    write_json(layout.shard_summary(shard.index), summary)
+    ledger.write_shard_summary(shard.index, summary)
     log.info("shard %d: %s", shard.index, summary["counts"])
     return dict(summary["counts"])
 

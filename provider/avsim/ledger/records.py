@@ -1,0 +1,102 @@
+"""The ledger's records: what one attempt did, and the committed outcome of a (case, phase).
+
+Both are plain frozen dataclasses with a JSON form (``to_json`` gives a JSON-ready dict,
+``from_json`` takes one back, ignoring keys it does not know so older readers survive newer
+records).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from avsim.phases.contract import Outcome
+
+
+def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt of one phase of one case, as the operator saw it end."""
+
+    run_key: str
+    case_id: str
+    phase: str
+    attempt: int
+    started_at: str
+    ended_at: str
+    exit_code: int | None
+    outcome: Outcome | None
+    reason: str
+    output_uri: str
+    host: str
+    duration_seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = self.outcome.value if self.outcome is not None else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AttemptRecord:
+        d = _known(cls, data)
+        outcome = d.get("outcome")
+        exit_code = d.get("exit_code")
+        return cls(
+            run_key=str(d.get("run_key", "")),
+            case_id=str(d["case_id"]),
+            phase=str(d["phase"]),
+            attempt=int(d["attempt"]),
+            started_at=str(d.get("started_at", "")),
+            ended_at=str(d.get("ended_at", "")),
+            exit_code=int(exit_code) if exit_code is not None else None,
+            outcome=Outcome(outcome) if outcome else None,
+            reason=str(d.get("reason", "")),
+            output_uri=str(d.get("output_uri", "")),
+            host=str(d.get("host", "")),
+            duration_seconds=float(d.get("duration_seconds") or 0.0),
+        )
+
+
+@dataclass(frozen=True)
+class OutcomeRecord:
+    """The committed outcome of a (case, phase): the attempt whose result counts.
+
+    ``result`` is kept small (the phase's metrics), so a shard summary can be built from
+    outcome records alone.
+    """
+
+    run_key: str
+    case_id: str
+    phase: str
+    attempt: int
+    outcome: Outcome
+    output_uri: str
+    committed_at: str
+    reason: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = self.outcome.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> OutcomeRecord:
+        d = _known(cls, data)
+        result = d.get("result")
+        return cls(
+            run_key=str(d.get("run_key", "")),
+            case_id=str(d["case_id"]),
+            phase=str(d["phase"]),
+            attempt=int(d["attempt"]),
+            outcome=Outcome(d["outcome"]),
+            output_uri=str(d.get("output_uri", "")),
+            committed_at=str(d.get("committed_at", "")),
+            reason=str(d.get("reason", "")),
+            result=dict(result) if isinstance(result, Mapping) else {},
+        )

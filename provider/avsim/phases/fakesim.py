@@ -1,0 +1,461 @@
+"""The fake simulator: a stand-in for the simulator container that honours the phase contract.
+
+``avsim-fakesim KIND [options]`` reads the contract's environment, works for a while in small
+sleeps (checkpointing and resuming when ``CHECKPOINT_URI`` is set) and writes real artifacts
+under ``OUTPUT_URI``: ``result.json`` plus one artifact of its kind. It uses fsspec (``file://``,
+``s3://`` through s3fs and the standard AWS environment), never Airflow: it plays a container
+that has no Airflow in it.
+
+Every draw comes from a ``random.Random`` seeded with sha256(SEED, CASE_ID, PHASE, purpose).
+The scenario verdict, bad input, the amount of work and the metrics depend on the seed only,
+so a retry gets the same result; a crash depends on ``ATTEMPT`` too, so a retry of a crashed
+attempt can pass. ``PARAMETERS`` may force an outcome per phase name, for tests and demos:
+``{"fakesim": {"simulate": "scenario_failed" | "bad_input" | "crash" | "crash_once"}}``
+(``crash_once`` crashes attempt 1 only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from avsim.phases import contract
+
+KINDS = ("prepare", "simulate", "perceive", "evaluate", "render", "report", "summary")
+#: Kinds that drive the scenario and so can fail it.
+DRIVING_KINDS = ("simulate", "perceive")
+#: Kinds that carry the scenario verdict of their inputs forward.
+VERDICT_KINDS = ("evaluate", "render", "report")
+FORCED = ("scenario_failed", "bad_input", "crash", "crash_once")
+#: Length of one sleep of the work loop, in seconds.
+STEP_SECONDS = 0.05
+_CKPT_RE = re.compile(r"ckpt-(\d+)\.json$")
+_USERINFO_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://[^/@]*@(?P<rest>.*)$")
+
+
+class PhaseExit(Exception):
+    """Ends the phase with an exit code of the contract and a message for stderr."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def bad_input(message: str) -> NoReturn:
+    raise PhaseExit(contract.EXIT_BAD_INPUT, f"bad input: {message}")
+
+
+# -- environment -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PhaseEnv:
+    run_id: str
+    case_id: str
+    phase: str
+    attempt: int
+    seed: int
+    inputs: dict[str, str]
+    scenario_uri: str
+    scenario_version: str
+    output_uri: str
+    checkpoint_uri: str
+    parameters: dict[str, Any]
+    build_id: str
+    image: str
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> PhaseEnv:
+        def required(name: str) -> str:
+            value = environ.get(name, "").strip()
+            if not value:
+                bad_input(f"environment variable {name} is missing or empty")
+            return value
+
+        def integer(name: str, minimum: int) -> int:
+            raw = required(name)
+            try:
+                value = int(raw)
+            except ValueError:
+                bad_input(f"{name}={raw!r} is not an integer")
+            if value < minimum:
+                bad_input(f"{name}={value} is below {minimum}")
+            return value
+
+        def json_object(name: str, raw: str) -> dict[str, Any]:
+            try:
+                value = json.loads(raw)
+            except ValueError as exc:
+                bad_input(f"{name} is not valid JSON ({exc})")
+            if not isinstance(value, dict):
+                bad_input(f"{name} must be a JSON object, got {type(value).__name__}")
+            return value
+
+        inputs = json_object(contract.ENV_INPUT_URIS, required(contract.ENV_INPUT_URIS))
+        wrong = sorted(k for k, v in inputs.items() if not isinstance(v, str) or not v)
+        if wrong:
+            bad_input(f"{contract.ENV_INPUT_URIS} entries {wrong} are not URIs")
+        return cls(
+            run_id=required(contract.ENV_RUN_ID),
+            case_id=required(contract.ENV_CASE_ID),
+            phase=required(contract.ENV_PHASE),
+            attempt=integer(contract.ENV_ATTEMPT, 1),
+            seed=integer(contract.ENV_SEED, 0),
+            inputs=inputs,
+            scenario_uri=environ.get(contract.ENV_SCENARIO_URI, ""),
+            scenario_version=environ.get(contract.ENV_SCENARIO_VERSION, ""),
+            output_uri=required(contract.ENV_OUTPUT_URI).rstrip("/"),
+            checkpoint_uri=environ.get(contract.ENV_CHECKPOINT_URI, "").strip().rstrip("/"),
+            parameters=json_object(contract.ENV_PARAMETERS, environ.get(contract.ENV_PARAMETERS) or "{}"),
+            build_id=environ.get(contract.ENV_BUILD_ID, ""),
+            image=environ.get(contract.ENV_IMAGE, ""),
+        )
+
+    def rng(self, purpose: str, *extra: object) -> random.Random:
+        key = "\0".join(str(p) for p in (self.seed, self.case_id, self.phase, purpose, *extra))
+        return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
+
+    @property
+    def forced(self) -> str:
+        table = self.parameters.get("fakesim")
+        value = table.get(self.phase, "") if isinstance(table, dict) else ""
+        return value if value in FORCED else ""
+
+
+# -- storage (fsspec, no Airflow) --------------------------------------------------------------
+def fs_uri(uri: str) -> str:
+    """The fsspec spelling of an ObjectStoragePath URI: drop ``conn@`` (an Airflow connection id)."""
+    m = _USERINFO_RE.match(uri)
+    return f"{m.group('scheme')}://{m.group('rest')}" if m else uri
+
+
+def _fs(uri: str) -> tuple[Any, str]:
+    from fsspec.core import url_to_fs
+
+    return url_to_fs(fs_uri(uri))
+
+
+def read_json(uri: str) -> Any:
+    import fsspec
+
+    with fsspec.open(fs_uri(uri), "r") as f:
+        return json.load(f)
+
+
+def write_text(uri: str, text: str) -> None:
+    fs, path = _fs(uri)
+    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    with fs.open(path, "w") as f:
+        f.write(text)
+
+
+def write_json(uri: str, data: Any) -> None:
+    write_text(uri, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def latest_checkpoint(uri: str) -> float:
+    """The progress of the newest checkpoint under ``uri`` (0.0 when there is none)."""
+    fs, path = _fs(uri)
+    try:
+        names = fs.glob(f"{path}/ckpt-*.json")
+    except FileNotFoundError:
+        return 0.0
+    found = sorted((int(m.group(1)), n) for n in names if (m := _CKPT_RE.search(n)))
+    if not found:
+        return 0.0
+    try:
+        progress = float(read_json(f"{uri}/{found[-1][1].rsplit('/', 1)[-1]}")["progress"])
+    except (OSError, ValueError, KeyError, TypeError):
+        progress = found[-1][0] / 1000
+    return min(max(progress, 0.0), 1.0)
+
+
+# -- inputs ------------------------------------------------------------------------------------
+def read_inputs(env: PhaseEnv) -> dict[str, Any]:
+    """Each input's ``result.json``; a missing or unreadable one is bad input (a retry cannot fix it)."""
+    found: dict[str, Any] = {}
+    for name, uri in sorted(env.inputs.items()):
+        where = f"{uri.rstrip('/')}/{contract.RESULT_FILE}"
+        try:
+            doc = read_json(where)
+        except FileNotFoundError:
+            bad_input(f"input {name!r} has no {contract.RESULT_FILE}: {where} does not exist")
+        except (ValueError, UnicodeDecodeError) as exc:
+            bad_input(f"input {name!r}: {where} is not valid JSON ({exc})")
+        if not isinstance(doc, dict):
+            bad_input(f"input {name!r}: {where} is not a JSON object")
+        found[name] = doc
+    return found
+
+
+def upstream_verdict(docs: Mapping[str, Any]) -> str:
+    for doc in docs.values():
+        metrics = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else {}
+        if doc.get("outcome") == "scenario_failed" or metrics.get("scenario_verdict") == "scenario_failed":
+            return "scenario_failed"
+    return "passed"
+
+
+def upstream_metrics(docs: Mapping[str, Any]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for _, doc in sorted(docs.items()):
+        metrics = doc.get("metrics")
+        if isinstance(metrics, dict):
+            merged.update({k: v for k, v in metrics.items() if isinstance(v, int | float | str | bool)})
+    return merged
+
+
+# -- what each kind produces -------------------------------------------------------------------
+def drive_metrics(rng: random.Random, failed: bool) -> dict[str, Any]:
+    if failed:
+        return {
+            "min_ttc_s": round(rng.uniform(0.0, 0.8), 3),
+            "max_decel_mps2": round(rng.uniform(6.5, 9.5), 3),
+            "collisions": rng.choice((0, 1, 1)),
+            "route_completion": round(rng.uniform(0.3, 0.9), 4),
+        }
+    return {
+        "min_ttc_s": round(rng.uniform(1.5, 8.0), 3),
+        "max_decel_mps2": round(rng.uniform(0.8, 4.5), 3),
+        "collisions": 0,
+        "route_completion": round(rng.uniform(0.97, 1.0), 4),
+    }
+
+
+CHECKS = (  # name, metric, passes when
+    ("no_collision", "collisions", lambda v: v == 0),
+    ("min_ttc", "min_ttc_s", lambda v: v >= 1.0),
+    ("comfortable_braking", "max_decel_mps2", lambda v: v <= 6.0),
+    ("route_completed", "route_completion", lambda v: v >= 0.95),
+)
+
+
+def produce(kind: str, env: PhaseEnv, docs: dict[str, Any], failed: bool) -> tuple[str, Any, dict[str, Any]]:
+    """(artifact file name, artifact content, metrics) of one kind. Deterministic in the seed."""
+    rng = env.rng("metrics")
+    if kind == "prepare":
+        actors = rng.randint(3, 40)
+        scenario = {
+            "uri": env.scenario_uri,
+            "version": env.scenario_version,
+            "seed": env.seed,
+            "parameters": env.parameters,
+            "actors": actors,
+            "map_tiles": rng.randint(4, 64),
+        }
+        return "scenario.json", scenario, {"actors": actors, "map_tiles": scenario["map_tiles"]}
+    if kind in DRIVING_KINDS:
+        metrics = drive_metrics(rng, failed)
+        if kind == "perceive":
+            metrics["detection_recall"] = round(
+                rng.uniform(0.55, 0.8) if failed else rng.uniform(0.93, 0.995), 4
+            )
+            dets = [{"t": round(i * 0.1, 1), "objects": rng.randint(0, 25)} for i in range(36)]
+            return "detections.json", {"frames": dets}, metrics
+        x = y = 0.0
+        steps = []
+        for i in range(48):
+            v = round(rng.uniform(4.0, 16.0), 3)
+            x, y = x + v * 0.1, y + rng.uniform(-0.2, 0.2)
+            ttc = metrics["min_ttc_s"] if i == 30 else round(rng.uniform(metrics["min_ttc_s"], 12.0), 3)
+            steps.append({"t": round(i * 0.1, 1), "x": round(x, 3), "y": round(y, 3), "v": v, "ttc_s": ttc})
+        trace = "".join(json.dumps(s, sort_keys=True) + "\n" for s in steps)
+        return "trace.jsonl", trace, metrics
+    if kind == "summary":
+        return summarize_inputs(docs)
+    verdict = "scenario_failed" if failed else upstream_verdict(docs)
+    carried = upstream_metrics(docs)
+    if kind == "render":
+        fps, seconds = 10, rng.uniform(8.0, 30.0)
+        frames = int(seconds * fps)
+        keyframes = [{"index": i, "t": round(i / fps, 2)} for i in range(0, frames, max(1, frames // 12))]
+        doc = {"fps": fps, "frames": frames, "keyframes": keyframes, "verdict": verdict}
+        return "frames.json", doc, {"frames": frames, "scenario_verdict": verdict}
+    checks = [
+        {"name": name, "metric": metric, "value": carried[metric], "passed": bool(ok(carried[metric]))}
+        for name, metric, ok in CHECKS
+        if isinstance(carried.get(metric), int | float)
+    ]
+    if any(not c["passed"] for c in checks):
+        verdict = "scenario_failed"
+    metrics = {**carried, "scenario_verdict": verdict, "checks_failed": sum(not c["passed"] for c in checks)}
+    if kind == "evaluate":
+        return "metrics.json", {"verdict": verdict, "checks": checks, "metrics": metrics}, metrics
+    report = {
+        "run_id": env.run_id,
+        "case_id": env.case_id,
+        "verdict": verdict,
+        "metrics": metrics,
+        "inputs": sorted(env.inputs.values()),
+        "build_id": env.build_id,
+        "image": env.image,
+    }
+    return "case_report.json", report, metrics
+
+
+def summarize_inputs(docs: Mapping[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+    """The run-level summary: its inputs are shard summaries (``cases``) or phase results."""
+    by_outcome: dict[str, int] = {}
+    by_graph: dict[str, dict[str, int]] = {}
+    for doc in docs.values():
+        cases = doc.get("cases")
+        entries = cases if isinstance(cases, list) else [doc]
+        for case in entries:
+            if not isinstance(case, dict):
+                continue
+            outcome, graph = str(case.get("outcome", "unknown")), str(case.get("graph", ""))
+            by_outcome[outcome] = by_outcome.get(outcome, 0) + 1
+            per = by_graph.setdefault(graph, {})
+            per[outcome] = per.get(outcome, 0) + 1
+    total = sum(by_outcome.values())
+    summary = {"inputs": len(docs), "cases": total, "by_outcome": by_outcome, "by_graph": by_graph}
+    return "summary.json", summary, {"cases": total, **by_outcome}
+
+
+# -- the work ----------------------------------------------------------------------------------
+def work(env: PhaseEnv, total: float, resumed: float, every: float, crash_at: float | None) -> float:
+    """Do the fraction ``1 - resumed`` of ``total`` seconds of work; return the progress reached.
+
+    Stops early (returning the progress) when it reaches ``crash_at``.
+    """
+    progress = resumed
+    if total <= 0:
+        return 1.0
+    step = STEP_SECONDS / total
+    ckpt_step = every / total if env.checkpoint_uri and every > 0 else 0.0
+    next_ckpt = (int(progress / ckpt_step) + 1) * ckpt_step if ckpt_step else 2.0
+    while progress < 1.0:
+        target = min(1.0, progress + step)
+        if crash_at is not None and target >= crash_at:
+            time.sleep(max(0.0, crash_at - progress) * total)
+            return crash_at
+        time.sleep((target - progress) * total)
+        progress = target
+        if progress >= next_ckpt and progress < 1.0:
+            permille = int(progress * 1000)
+            write_json(
+                f"{env.checkpoint_uri}/ckpt-{permille:04d}.json",
+                {"progress": progress, "attempt": env.attempt},
+            )
+            next_ckpt += ckpt_step
+    return 1.0
+
+
+def run(kind: str, args: argparse.Namespace, env: PhaseEnv) -> int:
+    docs = read_inputs(env)
+    forced = env.forced
+    if forced == "bad_input" or env.rng("bad_input").random() < args.bad_input_rate:
+        bad_input(f"{kind} of case {env.case_id!r} rejected its scenario {env.scenario_uri or '(none)'}")
+    failed = forced == "scenario_failed" or (
+        kind in DRIVING_KINDS and env.rng("scenario").random() < args.scenario_fail_rate
+    )
+    crash_rng = env.rng("crash", env.attempt)
+    crashes = (
+        forced == "crash"
+        or (forced == "crash_once" and env.attempt == 1)
+        or crash_rng.random() < args.crash_rate
+    )
+    total = max(0.0, args.duration * (1.0 + args.jitter * env.rng("duration").uniform(-1.0, 1.0)))
+    every = args.checkpoint_every if args.checkpoint_every is not None else args.duration / 5
+    resumed = latest_checkpoint(env.checkpoint_uri) if env.checkpoint_uri else 0.0
+    crash_at = resumed + crash_rng.uniform(0.05, 0.95) * (1.0 - resumed) if crashes else None
+    print(
+        f"fakesim {kind}: case {env.case_id} phase {env.phase} attempt {env.attempt}, "
+        f"{total:.2f}s of work, resuming from {resumed:.0%}",
+        flush=True,
+    )
+    artifact, content, metrics = produce(kind, env, docs, failed)
+    text = content if isinstance(content, str) else json.dumps(content, indent=1, sort_keys=True) + "\n"
+    reached = work(env, total, resumed, every, crash_at)
+    if crash_at is not None:
+        write_text(f"{env.output_uri}/{artifact}", text[: max(1, int(len(text) * reached))])
+        raise PhaseExit(1, f"simulated crash at {reached:.0%} of the work (attempt {env.attempt})")
+    write_text(f"{env.output_uri}/{artifact}", text)
+    outcome = "scenario_failed" if failed else "passed"
+    result = {
+        "run_id": env.run_id,
+        "case_id": env.case_id,
+        "phase": env.phase,
+        "kind": kind,
+        "attempt": env.attempt,
+        "seed": env.seed,
+        "outcome": outcome,
+        "metrics": metrics,
+        "inputs": {
+            name: {"uri": env.inputs[name], "outcome": doc.get("outcome")} for name, doc in docs.items()
+        },
+        "artifacts": [artifact],
+        "work_seconds": round(total * (1.0 - resumed), 3),
+        "resumed_from": round(resumed, 4),
+        "build_id": env.build_id,
+        "image": env.image,
+        "scenario": {"uri": env.scenario_uri, "version": env.scenario_version},
+    }
+    write_json(f"{env.output_uri}/{contract.RESULT_FILE}", result)
+    print(f"fakesim {kind}: {outcome} ({artifact}, {result['work_seconds']}s of work)", flush=True)
+    return contract.EXIT_SCENARIO_FAILED if failed else contract.EXIT_PASSED
+
+
+# -- command line ------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # The arguments come from the manifest: a retry cannot fix them, so they are bad input.
+        self.print_usage(sys.stderr)
+        self.exit(contract.EXIT_BAD_INPUT, f"{self.prog}: bad input: {message}\n")
+
+
+def _rate(value: str) -> float:
+    p = float(value)
+    if not 0.0 <= p <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is not a probability between 0 and 1")
+    return p
+
+
+def _seconds(value: str) -> float:
+    s = float(value)
+    if s < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return s
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="avsim-fakesim", description="A deterministic fake simulator phase (avsim phase contract)."
+    )
+    p.add_argument("kind", choices=KINDS)
+    p.add_argument(
+        "--duration", type=_seconds, default=0.5, metavar="SECONDS", help="work time (default 0.5)"
+    )
+    p.add_argument("--jitter", type=_rate, default=0.2, metavar="FRACTION", help="duration varies by ±this")
+    p.add_argument("--scenario-fail-rate", type=_rate, default=0.0, metavar="P")
+    p.add_argument("--crash-rate", type=_rate, default=0.0, metavar="P")
+    p.add_argument("--bad-input-rate", type=_rate, default=0.0, metavar="P")
+    p.add_argument(
+        "--checkpoint-every",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="seconds of work between checkpoints (default duration/5)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return run(args.kind, args, PhaseEnv.from_environ(os.environ))
+    except PhaseExit as exc:
+        print(f"avsim-fakesim {args.kind}: {exc}", file=sys.stderr, flush=True)
+        return exc.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""The ledger: records, commit rules and shard summaries, against a real file:// artifact store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from avsim.artifacts import RunLayout
+from avsim.ledger import store
+from avsim.ledger.records import AttemptRecord, OutcomeRecord
+from avsim.ledger.store import Ledger, case_outcome, summarize_shard
+from avsim.phases.contract import Outcome
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    return Ledger(RunLayout(f"file://{tmp_path}", "avsim_weekly__manual__2026-12-07"))
+
+
+def outcome_rec(
+    case: str, phase: str, attempt: int, outcome: Outcome = Outcome.PASSED, **kw: Any
+) -> OutcomeRecord:
+    return OutcomeRecord(
+        run_key="rk",
+        case_id=case,
+        phase=phase,
+        attempt=attempt,
+        outcome=outcome,
+        output_uri=kw.pop("output_uri", f"file:///out/{case}/{phase}/attempt-{attempt}"),
+        committed_at="2026-12-07T10:00:00+00:00",
+        **kw,
+    )
+
+
+def attempt_rec(case: str, phase: str, attempt: int, outcome: Outcome | None, **kw: Any) -> AttemptRecord:
+    fields: dict[str, Any] = {
+        "run_key": "rk",
+        "case_id": case,
+        "phase": phase,
+        "attempt": attempt,
+        "started_at": "2026-12-07T10:00:00+00:00",
+        "ended_at": "2026-12-07T10:01:00+00:00",
+        "exit_code": 0,
+        "outcome": outcome,
+        "reason": "",
+        "output_uri": f"file:///out/{case}/{phase}/attempt-{attempt}",
+        "host": "worker-1",
+        "duration_seconds": 60.0,
+    }
+    fields.update(kw)
+    return AttemptRecord(**fields)
+
+
+def test_records_round_trip() -> None:
+    a = attempt_rec("c", "simulate", 2, Outcome.INFRA_FAILED, exit_code=-9, reason="killed")
+    assert AttemptRecord.from_json(json.loads(json.dumps(a.to_json()))) == a
+    assert AttemptRecord.from_json({**a.to_json(), "outcome": None, "exit_code": None}).outcome is None
+    o = outcome_rec("c", "simulate", 2, Outcome.SCENARIO_FAILED, result={"metrics": {"collisions": 1}})
+    data = json.loads(json.dumps(o.to_json()))
+    assert data["outcome"] == "scenario_failed"
+    assert OutcomeRecord.from_json({**data, "added_later": 1}) == o
+
+
+def test_commit_rules(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    warnings: list[str] = []
+    # Airflow's logging setup routes records past caplog, so watch the module's logger directly.
+    monkeypatch.setattr(store.log, "warning", lambda msg, *a: warnings.append(msg % a))
+    assert ledger.outcome("c1", "simulate") is None
+    assert ledger.commit(outcome_rec("c1", "simulate", 2)) is True  # first
+    assert ledger.outcome("c1", "simulate") == outcome_rec("c1", "simulate", 2)
+    assert ledger.commit(outcome_rec("c1", "simulate", 2, Outcome.INFRA_FAILED)) is False  # duplicate
+    assert ledger.outcome("c1", "simulate") == outcome_rec("c1", "simulate", 2)
+    late = outcome_rec("c1", "simulate", 1, Outcome.INFRA_FAILED, output_uri="")
+    assert ledger.commit(late) is False  # late report from an abandoned attempt
+    assert len(warnings) == 1 and "late report from abandoned attempt 1" in warnings[0]
+    assert ledger.outcome("c1", "simulate") == outcome_rec("c1", "simulate", 2)
+    rerun = outcome_rec("c1", "simulate", 3, Outcome.SCENARIO_FAILED)
+    assert ledger.commit(rerun) is True  # a rerun after the engineer cleared the task
+    assert ledger.outcome("c1", "simulate") == rerun
+    folder = Path(ledger.layout.outcome_record("c1", "simulate").removeprefix("file://")).parent
+    assert [p.name for p in folder.iterdir()] == ["simulate.json"]  # no temporary files left
+
+
+def test_attempts_and_outcomes_for(ledger: Ledger) -> None:
+    for n in (2, 1, 10):
+        ledger.record_attempt(
+            attempt_rec("c1", "simulate", n, Outcome.INFRA_FAILED if n < 10 else Outcome.PASSED)
+        )
+    assert [a.attempt for a in ledger.attempts("c1", "simulate")] == [1, 2, 10]
+    assert ledger.attempts("c1", "evaluate") == []
+    ledger.commit(outcome_rec("c1", "simulate", 10))
+    ledger.commit(outcome_rec("c2", "prepare", 1))
+    found = ledger.outcomes_for(iter(["c1", "c2", "c3"]), iter(["prepare", "simulate"]))
+    assert set(found) == {("c1", "simulate"), ("c2", "prepare")}
+    assert found[("c1", "simulate")].attempt == 10
+
+
+def test_shard_summaries(ledger: Ledger) -> None:
+    assert ledger.shard_summaries() == []
+    for k in (2, 0, 11):
+        ledger.write_shard_summary(k, {"shard": k, "cases": []})
+    assert [s["shard"] for s in ledger.shard_summaries()] == [0, 2, 11]
+    assert ledger.layout.shard_summary(2).endswith("/ledger/shards/00002/result.json")
+
+
+def test_case_outcome_rule() -> None:
+    assert case_outcome(["passed", "passed"]) == "passed"
+    assert case_outcome(["passed", "scenario_failed", "passed"]) == "scenario_failed"
+    assert case_outcome(["scenario_failed", "infra_failed"]) == "infra_failed"
+    assert case_outcome(["passed", "not_run"]) == "infra_failed"
+    assert case_outcome(["scenario_failed", "upstream_failed"]) == "infra_failed"
+    assert case_outcome(["infra_failed", "bad_input", "upstream_failed"]) == "bad_input"
+
+
+def test_summarize_shard(ledger: Ledger) -> None:
+    phases = ["prepare", "simulate", "evaluate", "report"]
+    # ok: all passed, simulate retried once
+    for p in phases:
+        ledger.commit(outcome_rec("ok", p, 1 if p != "simulate" else 2))
+        ledger.record_attempt(
+            attempt_rec("ok", p, 1, Outcome.PASSED if p != "simulate" else Outcome.INFRA_FAILED)
+        )
+    ledger.record_attempt(attempt_rec("ok", "simulate", 2, Outcome.PASSED, duration_seconds=90.0))
+    # sf: the scenario failed in simulate; downstream ran and passed
+    for p in phases:
+        ledger.commit(outcome_rec("sf", p, 1, Outcome.SCENARIO_FAILED if p == "simulate" else Outcome.PASSED))
+    # inf: simulate failed on its last try; evaluate and report never ran
+    ledger.commit(outcome_rec("inf", "prepare", 1))
+    ledger.record_attempt(
+        attempt_rec("inf", "simulate", 1, Outcome.INFRA_FAILED, exit_code=1, reason="crash")
+    )
+    ledger.record_attempt(
+        attempt_rec("inf", "simulate", 2, Outcome.INFRA_FAILED, exit_code=1, reason="crash 2")
+    )
+    ledger.commit(outcome_rec("inf", "simulate", 2, Outcome.INFRA_FAILED, output_uri="", reason="crash 2"))
+    # bad: prepare rejected its input
+    ledger.commit(outcome_rec("bad", "prepare", 1, Outcome.BAD_INPUT, output_uri="", reason="no scenario"))
+    # lost: nothing committed at all (the task was killed before it could commit)
+    cases = [
+        {"case_id": c, "graph": "standard", "phases": phases} for c in ("ok", "sf", "inf", "bad", "lost")
+    ]
+    summary = summarize_shard(ledger, 4, cases)
+    assert summary["shard"] == 4
+    by_id = {c["case_id"]: c for c in summary["cases"]}
+    assert [c["case_id"] for c in summary["cases"]] == ["ok", "sf", "inf", "bad", "lost"]
+    assert {c: by_id[c]["outcome"] for c in by_id} == {
+        "ok": "passed",
+        "sf": "scenario_failed",
+        "inf": "infra_failed",
+        "bad": "bad_input",
+        "lost": "infra_failed",
+    }
+    sim = by_id["ok"]["phases"]["simulate"]
+    assert sim == {
+        "outcome": "passed",
+        "attempt": 2,
+        "output_uri": "file:///out/ok/simulate/attempt-2",
+        "reason": "",
+        "duration_seconds": 90.0,
+        "attempts": 2,
+    }
+    inf = by_id["inf"]["phases"]
+    assert inf["simulate"]["outcome"] == "infra_failed" and inf["simulate"]["reason"] == "crash 2"
+    assert inf["evaluate"]["outcome"] == "upstream_failed" and inf["report"]["outcome"] == "upstream_failed"
+    assert by_id["bad"]["phases"]["simulate"]["outcome"] == "upstream_failed"
+    lost = by_id["lost"]["phases"]
+    assert lost["prepare"]["outcome"] == "not_run" and lost["prepare"]["attempts"] == 0
+    assert lost["simulate"]["outcome"] == "upstream_failed"
+    # explicit dependencies: render only needs prepare, so it is not_run, not upstream_failed
+    diamond = [
+        {
+            "case_id": "inf",
+            "graph": "g",
+            "phases": ["prepare", "simulate", "render"],
+            "depends_on": {"prepare": [], "simulate": ["prepare"], "render": ["prepare"]},
+        }
+    ]
+    render = summarize_shard(ledger, 0, diamond)["cases"][0]["phases"]["render"]
+    assert render["outcome"] == "not_run"
+
+
+@pytest.fixture
+def s3_root(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A moto S3 server with bucket ``avsim`` and an Airflow connection ``avsim_s3`` pointing at it."""
+    moto_server = pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    server = moto_server.ThreadedMotoServer(port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": url,
+    }.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AVSIM_S3", json.dumps({"conn_type": "aws", "extra": {"endpoint_url": url}})
+    )
+    boto3.client("s3", endpoint_url=url).create_bucket(Bucket="avsim")
+    try:
+        yield "s3://avsim_s3@avsim/artifacts"
+    finally:
+        server.stop()
+
+
+def test_ledger_on_an_object_store(s3_root: str) -> None:
+    ledger = Ledger(RunLayout(s3_root, "run-s3"))
+    assert not ledger.is_local
+    assert ledger.commit(outcome_rec("c1", "simulate", 1)) is True
+    assert ledger.commit(outcome_rec("c1", "simulate", 1)) is False
+    assert ledger.commit(outcome_rec("c1", "simulate", 2, Outcome.SCENARIO_FAILED)) is True
+    ledger.record_attempt(attempt_rec("c1", "simulate", 2, Outcome.SCENARIO_FAILED))
+    found = ledger.outcomes_for([f"c{i}" for i in range(20)], ["prepare", "simulate"])  # threaded reads
+    assert list(found) == [("c1", "simulate")] and found[("c1", "simulate")].attempt == 2
+    ledger.write_shard_summary(1, {"shard": 1, "cases": []})
+    ledger.write_shard_summary(0, {"shard": 0, "cases": []})
+    assert [s["shard"] for s in ledger.shard_summaries()] == [0, 1]
+    summary = summarize_shard(ledger, 0, [{"case_id": "c1", "graph": "g", "phases": ["simulate"]}])
+    assert summary["cases"][0]["outcome"] == "scenario_failed"
+    assert summary["cases"][0]["phases"]["simulate"]["attempts"] == 1
