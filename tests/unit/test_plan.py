@@ -20,8 +20,13 @@ CATALOG = ROOT / "dags" / "avsim_graphs.yaml"
 
 
 def test_topological_order_and_cycle() -> None:
-    deps = {"report": ["evaluate", "render"], "prepare": [], "simulate": ["prepare"], "evaluate": ["simulate"],
-            "render": ["simulate"]}
+    deps = {
+        "report": ["evaluate", "render"],
+        "prepare": [],
+        "simulate": ["prepare"],
+        "evaluate": ["simulate"],
+        "render": ["simulate"],
+    }
     order = topological_order(deps)
     for name, ups in deps.items():
         assert all(order.index(u) < order.index(name) for u in ups)
@@ -71,11 +76,12 @@ def test_catalog_errors_name_the_field(tmp_path: Path) -> None:
     phases = doc["graphs"][first]["phases"]
     names = list(phases)
     phases[names[0]]["depends_on"] = [names[-1]]  # closes a cycle
-    phases[names[1]]["depends_on"] = ["nope"]
+    phases[names[1]]["depends_on"] = [*phases[names[1]].get("depends_on", []), "nope"]
     with pytest.raises(ManifestError) as exc:
         parse_catalog(doc, "test")
     text = str(exc.value)
-    assert f"graphs.{first}.phases.{names[1]}.depends_on[0]: unknown phase 'nope'" in text
+    n = len(phases[names[1]]["depends_on"]) - 1
+    assert f"graphs.{first}.phases.{names[1]}.depends_on[{n}]: unknown phase 'nope'" in text
     assert "cycle" in text
     missing = tmp_path / "missing.yaml"
     with pytest.raises(ManifestError, match="file not found"):
@@ -140,8 +146,14 @@ def test_inline_case_phases_join_the_family_of_their_shape() -> None:
     assert fams[1] == gname
     # A shape nobody deployed is rejected with the case's path.
     doc["cases"][2].pop("graph")
-    only = {"solo": {"resources": {"class": "cpu"}, "estimated_duration_seconds": 1, "timeout_seconds": 5,
-                     "command": ["true"]}}
+    only = {
+        "solo": {
+            "resources": {"class": "cpu"},
+            "estimated_duration_seconds": 1,
+            "timeout_seconds": 5,
+            "command": ["true"],
+        }
+    }
     doc["cases"][2]["phases"] = only
     with pytest.raises(ManifestError) as exc:
         assign_families(validate_manifest(doc), plan)

@@ -13,7 +13,15 @@ import re
 from enum import Enum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 #: A name usable as an Airflow task id / group id fragment.
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,62}$"
@@ -118,7 +126,8 @@ class RunSpec(_Strict):
 
 class Resources(_Strict):
     resource_class: ResourceClass = Field(alias="class")
-    gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_PHASE)
+    # validate_default: the class/gpus rule below must also see an omitted ``gpus``.
+    gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_PHASE, validate_default=True)
     cpus: float = Field(default=1, gt=0, le=MAX_CPUS_PER_PHASE)
     memory: str = "2Gi"
 
@@ -130,13 +139,16 @@ class Resources(_Strict):
         parse_memory(v)
         return v
 
-    @model_validator(mode="after")
-    def _gpu_count(self) -> Resources:
-        if self.resource_class is ResourceClass.GPU and self.gpus < 1:
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_count(cls, v: int, info: ValidationInfo) -> int:
+        # A field validator (not a model validator) so that the error's path ends in ``.gpus``.
+        rc = info.data.get("resource_class")
+        if rc is ResourceClass.GPU and v < 1:
             raise ValueError("a gpu phase needs gpus >= 1; set gpus or use class: cpu")
-        if self.resource_class is ResourceClass.CPU and self.gpus:
-            raise ValueError(f"a cpu phase cannot take gpus ({self.gpus}); set gpus: 0 or use class: gpu")
-        return self
+        if rc is ResourceClass.CPU and v:
+            raise ValueError(f"a cpu phase cannot take gpus ({v}); set gpus: 0 or use class: gpu")
+        return v
 
     @property
     def memory_bytes(self) -> int:
@@ -152,6 +164,24 @@ class RetrySpec(_Strict):
     max_delay_seconds: float = Field(default=1800, ge=0, le=24 * 3600)
 
 
+def _check_timeout(timeout: float, info: ValidationInfo) -> float:
+    """``timeout_seconds`` (declared after the estimate) must cover ``estimated_duration_seconds``."""
+    estimate = info.data.get("estimated_duration_seconds")
+    if estimate is not None and timeout < estimate:
+        raise ValueError(
+            f"timeout_seconds ({timeout:g}) is below estimated_duration_seconds ({estimate:g}); "
+            "raise the timeout"
+        )
+    return timeout
+
+
+def _check_no_dupes(v: tuple[str, ...]) -> tuple[str, ...]:
+    dupes = sorted({d for d in v if v.count(d) > 1})
+    if dupes:
+        raise ValueError(f"depends_on lists {', '.join(dupes)} more than once; list each phase once")
+    return v
+
+
 class PhaseSpec(_Strict):
     depends_on: tuple[Name, ...] = ()
     resources: Resources
@@ -162,22 +192,15 @@ class PhaseSpec(_Strict):
     command: tuple[Annotated[str, StringConstraints(min_length=1)], ...] = Field(min_length=1)
     args: tuple[str, ...] = ()
 
-    @model_validator(mode="after")
-    def _timeout_covers_estimate(self) -> PhaseSpec:
-        if self.timeout_seconds < self.estimated_duration_seconds:
-            raise ValueError(
-                f"timeout_seconds ({self.timeout_seconds:g}) is below estimated_duration_seconds "
-                f"({self.estimated_duration_seconds:g}); raise the timeout"
-            )
-        return self
+    @field_validator("timeout_seconds")
+    @classmethod
+    def _timeout_covers_estimate(cls, v: float, info: ValidationInfo) -> float:
+        return _check_timeout(v, info)
 
     @field_validator("depends_on")
     @classmethod
     def _no_dupes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        dupes = sorted({d for d in v if v.count(d) > 1})
-        if dupes:
-            raise ValueError(f"depends_on lists {', '.join(dupes)} more than once; list each phase once")
-        return v
+        return _check_no_dupes(v)
 
 
 class GraphSpec(_Strict):
@@ -193,7 +216,7 @@ class ScenarioInput(_Strict):
 class CaseSpec(_Strict):
     id: CaseId
     graph: Name | None = None
-    phases: dict[Name, PhaseSpec] | None = None
+    phases: dict[Name, PhaseSpec] | None = Field(default=None, min_length=1)
     scenario: ScenarioInput
     seed: int = Field(ge=0, le=2**63 - 1, strict=True)
     parameters: dict[str, Any] = Field(default_factory=dict)
@@ -201,8 +224,12 @@ class CaseSpec(_Strict):
 
     @model_validator(mode="after")
     def _graph_or_phases(self) -> CaseSpec:
-        if (self.graph is None) == (self.phases is None):
-            raise ValueError("a case names a graph template (graph: NAME) or defines its own phases, not both")
+        if self.graph is not None and self.phases is not None:
+            raise ValueError(
+                "a case names a graph template (graph: NAME) or defines its own phases, not both; remove one"
+            )
+        if self.graph is None and self.phases is None:
+            raise ValueError("a case needs a graph template (graph: NAME) or its own phases; add one")
         return self
 
 
@@ -216,6 +243,16 @@ class RunPhaseSpec(_Strict):
     command: tuple[Annotated[str, StringConstraints(min_length=1)], ...] = Field(min_length=1)
     args: tuple[str, ...] = ()
     depends_on: tuple[Name, ...] = ()
+
+    @field_validator("timeout_seconds")
+    @classmethod
+    def _timeout_covers_estimate(cls, v: float, info: ValidationInfo) -> float:
+        return _check_timeout(v, info)
+
+    @field_validator("depends_on")
+    @classmethod
+    def _no_dupes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return _check_no_dupes(v)
 
 
 class Manifest(_Strict):

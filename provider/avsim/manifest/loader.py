@@ -1,0 +1,328 @@
+"""Load a weekly manifest from a local path or an ObjectStoragePath URI.
+
+The bytes go through a fixed sequence of gates, each of which rejects with a
+:class:`~avsim.errors.ManifestError` that says what is wrong and where:
+
+1. size (``max_bytes``, checked from the file's metadata before it is read, and again while reading);
+2. UTF-8 (the byte offset of the first bad byte);
+3. syntax (YAML or JSON, line and column);
+4. YAML structure: duplicate mapping keys (key, line, document path), alias expansion;
+5. the manifest itself (:func:`avsim.manifest.validation.validate_manifest`).
+
+YAML anchors and aliases are allowed (``<<: *defaults`` is a common way to share phase
+settings) but bounded: ``yaml.safe_load`` shares an aliased node instead of copying it, so
+parsing is cheap, but everything after it (validation, the canonical JSON) expands every
+alias. A "billion laughs" document of a few hundred bytes would expand to ~10^9 nodes, so
+the loader counts the expanded size of the node graph before constructing Python objects and
+refuses documents that expand to more than :data:`MAX_EXPANSION_FACTOR` times their written
+size (and at least :data:`MIN_EXPANSION_LIMIT` nodes are always allowed). Recursive aliases
+are refused outright.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from avsim.errors import ManifestError, Problem
+from avsim.manifest.validation import format_path, validate_manifest
+
+if TYPE_CHECKING:
+    from avsim.manifest.models import Manifest
+
+#: Largest manifest accepted by default (the ``[avsim] max_manifest_bytes`` default).
+DEFAULT_MAX_BYTES = 64 * 2**20
+#: Alias expansion bound: expanded nodes <= max(factor * written nodes, MIN_EXPANSION_LIMIT).
+MAX_EXPANSION_FACTOR = 10
+MIN_EXPANSION_LIMIT = 1_000_000
+#: Duplicate-key problems reported at most (the document is rejected anyway).
+_MAX_DUPLICATES = 200
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+Format = Literal["yaml", "json"]
+
+
+@dataclass(frozen=True)
+class LoadedManifest:
+    """A validated manifest with what it was parsed from and its content hash."""
+
+    manifest: Manifest
+    raw: dict[str, Any]
+    source: str
+    sha256: str
+    canonical_json: bytes
+
+    @property
+    def case_count(self) -> int:
+        return len(self.manifest.cases)
+
+
+def canonical_json(manifest: Manifest) -> bytes:
+    """The manifest's canonical JSON: every field (defaults included), aliases, sorted keys, no spaces."""
+    doc = manifest.model_dump(mode="json", by_alias=True)
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def load_manifest(source: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES) -> LoadedManifest:
+    """Read, parse and validate a manifest from a path, ``file://`` or any ObjectStoragePath URI."""
+    name = os.fspath(source)
+    data = _read(name, max_bytes)
+    return parse_manifest_text(data, source=name, fmt=_format_from_name(name))
+
+
+def parse_manifest_text(
+    text_or_bytes: str | bytes, source: str = "manifest", fmt: Format | None = None
+) -> LoadedManifest:
+    """Parse and validate manifest text.
+
+    ``fmt`` None: by the extension of ``source`` (``.json``, ``.yaml``/``.yml``), else sniffed: JSON
+    if the text starts with ``{`` (falling back to YAML, a superset), otherwise YAML.
+    """
+    text = _decode(text_or_bytes, source) if isinstance(text_or_bytes, bytes) else text_or_bytes
+    text = text.removeprefix("\ufeff")
+    if not text.strip():
+        raise _error("the file is empty; a manifest needs run and cases", source)
+    fmt = fmt or _format_from_name(source)
+    if fmt is None and text.lstrip().startswith("{"):
+        try:
+            data = _parse_json(text, source)
+        except ManifestError as json_error:
+            # Sniffed, not declared: flow-style YAML also starts with "{".
+            try:
+                data = _parse_yaml(text, source)
+            except ManifestError:
+                raise json_error from None
+    elif fmt == "json":
+        data = _parse_json(text, source)
+    else:
+        data = _parse_yaml(text, source)
+    if data is None:
+        raise _error(
+            "the document is empty (only comments or an explicit null); a manifest needs run and cases",
+            source,
+        )
+    manifest = validate_manifest(data, source=source)
+    body = canonical_json(manifest)
+    return LoadedManifest(
+        manifest=manifest,
+        raw=data,
+        source=source,
+        sha256=hashlib.sha256(body).hexdigest(),
+        canonical_json=body,
+    )
+
+
+# ------------------------------------------------------------------------------------- reading
+
+
+def _format_from_name(name: str) -> Format | None:
+    lower = name.lower().split("?", 1)[0]
+    if lower.endswith((".yaml", ".yml")):
+        return "yaml"
+    if lower.endswith(".json"):
+        return "json"
+    return None
+
+
+def _read(name: str, max_bytes: int) -> bytes:
+    if _SCHEME.match(name):
+        from airflow.sdk import ObjectStoragePath
+
+        path: Any = ObjectStoragePath(name)
+    else:
+        path = Path(name)
+    try:
+        if path.is_dir():
+            raise _error(f"{name} is a directory; pass the manifest file", name)
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise _error(f"file not found: {name}; check the path or URI", name) from None
+    except PermissionError as exc:
+        raise _error(f"cannot read {name}: permission denied ({exc})", name) from None
+    if size is not None and size > max_bytes:
+        raise _error(_too_big(name, max_bytes, size), name)
+    try:
+        with path.open("rb") as fh:
+            data: bytes = fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise _error(f"file not found: {name}; check the path or URI", name) from None
+    if len(data) > max_bytes:  # grew since stat, or the store reports no size
+        raise _error(_too_big(name, max_bytes, None), name)
+    return data
+
+
+def _too_big(name: str, max_bytes: int, size: int | None) -> str:
+    got = f"{size} bytes" if size is not None else "more than that"
+    return (
+        f"{name} is too large: {got}, the limit is {max_bytes} bytes; split the week into several "
+        "manifests or raise [avsim] max_manifest_bytes"
+    )
+
+
+def _decode(data: bytes, source: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise _error(
+            f"the file is not UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line}) "
+            f"cannot be decoded; save the file as UTF-8",
+            source,
+        ) from None
+
+
+def _error(message: str, source: str) -> ManifestError:
+    return ManifestError([Problem("", message)], source=source)
+
+
+# ---------------------------------------------------------------------------------------- JSON
+
+
+def _parse_json(text: str, source: str) -> Any:
+    duplicates: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out and len(duplicates) < _MAX_DUPLICATES:
+                duplicates.append(key)
+            out[key] = value
+        return out
+
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON number; use a finite number")
+
+    try:
+        data = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except json.JSONDecodeError as exc:
+        raise _error(
+            f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}", source
+        ) from None
+    except ValueError as exc:
+        raise _error(f"JSON error: {exc}", source) from None
+    except RecursionError:
+        raise _error("JSON nesting is too deep", source) from None
+    if duplicates:
+        raise ManifestError(
+            [Problem("", f"duplicate key {k!r} in a JSON object; keep one of them") for k in duplicates],
+            source=source,
+        )
+    return data
+
+
+# ---------------------------------------------------------------------------------------- YAML
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    import yaml
+
+    loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader = loader_cls(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except yaml.MarkedYAMLError as exc:
+            raise _error(_yaml_syntax(exc), source) from None
+        except yaml.YAMLError as exc:
+            raise _error(f"YAML error: {exc}", source) from None
+        if node is None:
+            return None
+        problems = _check_nodes(node)
+        if problems:
+            raise ManifestError(problems, source=source)
+        try:
+            return loader.construct_document(node)
+        except yaml.MarkedYAMLError as exc:
+            raise _error(_yaml_syntax(exc), source) from None
+        except yaml.YAMLError as exc:
+            raise _error(f"YAML error: {exc}", source) from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_syntax(exc: Any) -> str:
+    import yaml
+
+    mark, cmark = exc.problem_mark, exc.context_mark
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    what = exc.problem or exc.context or "invalid YAML"
+    context = ""
+    if exc.context and exc.problem:
+        started = ""
+        if cmark is not None and (mark is None or (cmark.line, cmark.column) != (mark.line, mark.column)):
+            started = f" at line {cmark.line + 1}, column {cmark.column + 1}"
+        context = f" ({exc.context}{started})"
+    if isinstance(exc, yaml.constructor.ConstructorError):
+        return f"YAML error{where}: {what}{context}; a manifest is plain YAML: remove the tag"
+    return f"YAML syntax error{where}: {what}{context}"
+
+
+def _check_nodes(root: Any) -> list[Problem]:
+    """Duplicate keys and alias expansion, on the composed node graph (before construction)."""
+    import yaml
+
+    merge_tag = "tag:yaml.org,2002:merge"
+    problems: list[Problem] = []
+    written = 0  # distinct nodes
+    expanded: dict[int, int] = {}  # node id -> expanded size
+    in_progress: set[int] = set()
+    # Iterative post-order walk; a node reached again through an alias is counted once as written
+    # and its expanded size is reused.
+    stack: list[tuple[Any, tuple[Any, ...], bool]] = [(root, (), False)]
+    while stack:
+        node, loc, done = stack.pop()
+        nid = id(node)
+        if done:
+            in_progress.discard(nid)
+            size = 1
+            if isinstance(node, yaml.MappingNode):
+                size += sum(expanded[id(k)] + expanded[id(v)] for k, v in node.value)
+            elif isinstance(node, yaml.SequenceNode):
+                size += sum(expanded[id(v)] for v in node.value)
+            expanded[nid] = size
+            continue
+        if nid in expanded:
+            continue
+        if nid in in_progress:
+            mark = node.start_mark
+            return [Problem(format_path(loc), f"recursive YAML alias at line {mark.line + 1}; remove it")]
+        written += 1
+        in_progress.add(nid)
+        stack.append((node, loc, True))
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for k, v in node.value:
+                key = k.value if isinstance(k, yaml.ScalarNode) else None
+                if key is not None and k.tag != merge_tag:
+                    line = k.start_mark.line + 1
+                    if key in seen and len(problems) < _MAX_DUPLICATES:
+                        where = format_path((*loc, key))
+                        problems.append(
+                            Problem(
+                                where,
+                                f"duplicate key {key!r} at line {line} (first at line {seen[key]}); "
+                                "keep one of them",
+                            )
+                        )
+                    seen.setdefault(key, line)
+                stack.append((v, (*loc, key if key is not None else "?"), False))
+                stack.append((k, loc, False))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                stack.append((v, (*loc, i), False))
+    limit = max(MAX_EXPANSION_FACTOR * written, MIN_EXPANSION_LIMIT)
+    total = expanded[id(root)]
+    if total > limit:
+        problems.append(
+            Problem(
+                "",
+                f"YAML aliases expand {written} written nodes to {total} (the limit is {limit}); "
+                "write the repeated parts out or use fewer nested aliases",
+            )
+        )
+    return problems

@@ -1,0 +1,222 @@
+"""A realistic, deterministic sample weekly manifest (for the demo, tests and benchmarks).
+
+Three graph families share their phase graphs across cases:
+
+``standard`` (~60%)     prepare[cpu] -> simulate[gpu] -> evaluate[cpu] -> report[cpu]
+``with_render`` (~25%)  prepare -> simulate -> evaluate -> report, and render[gpu] after simulate;
+                        report waits for evaluate and render
+``perception`` (~15%)   prepare[cpu] -> perceive[gpu] -> evaluate[cpu] -> report[cpu]
+
+Every phase runs the fake simulator (``avsim-fakesim <kind> --duration S ...``) for its
+estimated duration times ``time_scale``; only the driving phases (simulate, perceive) carry the
+scenario-failure and crash rates. A run-level ``weekly_summary`` phase runs after every case.
+The same arguments always give the same document.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+#: (category, scenario, simulate-duration factor, ego speed range in km/h, weather choices)
+SCENARIOS: tuple[tuple[str, str, float, tuple[int, int], tuple[str, ...]], ...] = (
+    ("highway", "cut-in", 0.8, (80, 130), ("clear", "overcast", "rain")),
+    ("highway", "merge", 0.9, (70, 120), ("clear", "overcast", "rain")),
+    ("highway", "lane-drop", 0.7, (80, 120), ("clear", "overcast")),
+    ("highway", "stopped-vehicle", 0.6, (90, 130), ("clear", "fog")),
+    ("urban", "unprotected-left", 1.2, (20, 50), ("clear", "overcast", "rain")),
+    ("urban", "pedestrian-crossing", 1.1, (15, 50), ("clear", "overcast", "rain")),
+    ("urban", "roundabout", 1.3, (20, 40), ("clear", "overcast")),
+    ("urban", "construction-zone", 1.5, (10, 40), ("clear", "overcast", "dust")),
+    ("urban", "double-parked", 1.0, (15, 40), ("clear", "overcast")),
+    ("suburban", "school-zone", 1.0, (15, 30), ("clear", "overcast")),
+    ("suburban", "cyclist-overtake", 0.9, (30, 60), ("clear", "overcast")),
+    ("weather", "night-rain", 1.4, (30, 90), ("rain", "heavy-rain")),
+    ("weather", "fog-bank", 1.2, (40, 100), ("fog",)),
+    ("parking", "reverse-out", 0.5, (3, 10), ("clear", "overcast")),
+)
+TRAFFIC = ("low", "medium", "high")
+#: (graph, cumulative share)
+GRAPH_MIX = (("standard", 0.60), ("with_render", 0.85), ("perception", 1.0))
+
+# phase kind -> (resource class, gpus, cpus, memory, estimated seconds, timeout seconds, retries, checkpoint)
+_PHASES: dict[str, tuple[str, int, float, str, float, float, int, bool]] = {
+    "prepare": ("cpu", 0, 2, "4Gi", 180, 600, 2, False),
+    "simulate": ("gpu", 1, 8, "32Gi", 1800, 5400, 3, True),
+    "perceive": ("gpu", 1, 8, "24Gi", 1200, 3600, 3, True),
+    "evaluate": ("cpu", 0, 2, "8Gi", 300, 900, 2, False),
+    "render": ("gpu", 1, 4, "16Gi", 600, 1800, 2, False),
+    "report": ("cpu", 0, 1, "2Gi", 60, 300, 2, False),
+}
+_DRIVING = frozenset({"simulate", "perceive"})
+_GRAPHS: dict[str, tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
+    "standard": (
+        "prepare -> simulate -> evaluate -> report",
+        (("prepare", ()), ("simulate", ("prepare",)), ("evaluate", ("simulate",)), ("report", ("evaluate",))),
+    ),
+    "with_render": (
+        "prepare -> simulate -> evaluate -> report, with render after simulate",
+        (
+            ("prepare", ()),
+            ("simulate", ("prepare",)),
+            ("evaluate", ("simulate",)),
+            ("render", ("simulate",)),
+            ("report", ("evaluate", "render")),
+        ),
+    ),
+    "perception": (
+        "prepare -> perceive -> evaluate -> report",
+        (("prepare", ()), ("perceive", ("prepare",)), ("evaluate", ("perceive",)), ("report", ("evaluate",))),
+    ),
+}
+
+
+def current_iso_week(now: dt.datetime | None = None) -> str:
+    year, week, _ = (now or dt.datetime.now(dt.UTC)).isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def _phase(kind: str, deps: tuple[str, ...], time_scale: float, fail: float, crash: float) -> dict[str, Any]:
+    rc, gpus, cpus, memory, estimate, timeout, retries, checkpoint = _PHASES[kind]
+    args = [kind, "--duration", _fmt(estimate * time_scale)]
+    if kind in _DRIVING:
+        args += ["--scenario-fail-rate", _fmt(fail), "--crash-rate", _fmt(crash)]
+    phase: dict[str, Any] = {}
+    if deps:
+        phase["depends_on"] = list(deps)
+    phase["resources"] = {"class": rc, "gpus": gpus, "cpus": cpus, "memory": memory}
+    phase["estimated_duration_seconds"] = estimate
+    phase["timeout_seconds"] = timeout
+    phase["retry"] = {"infrastructure": retries}
+    if checkpoint:
+        phase["checkpoint"] = True
+    phase["command"] = ["avsim-fakesim"]
+    phase["args"] = args
+    return phase
+
+
+def sample_manifest(
+    cases: int,
+    *,
+    seed: int = 7,
+    time_scale: float = 0.001,
+    iso_week: str | None = None,
+    scenario_fail_rate: float = 0.03,
+    crash_rate: float = 0.0,
+) -> dict[str, Any]:
+    """A weekly manifest of ``cases`` cases, valid under :func:`~avsim.manifest.validation.validate_manifest`."""
+    if cases < 1:
+        raise ValueError(f"cases must be at least 1, got {cases}")
+    if time_scale <= 0:
+        raise ValueError(f"time_scale must be positive, got {time_scale}")
+    for label, rate in (("scenario_fail_rate", scenario_fail_rate), ("crash_rate", crash_rate)):
+        if not 0 <= rate <= 1:
+            raise ValueError(f"{label} must be between 0 and 1, got {rate}")
+    week = iso_week or current_iso_week()
+    try:
+        year, weekno = int(week[:4]), int(week[6:])
+        if week[4:6] != "-W" or len(week) != 8:
+            raise ValueError
+        sunday = dt.date.fromisocalendar(year, weekno, 7)
+    except ValueError:
+        raise ValueError(f"iso_week {week!r} is not an ISO week; write it like '2026-W49'") from None
+    deadline = dt.datetime.combine(sunday, dt.time(18, 0), tzinfo=dt.UTC)
+    digest = hashlib.sha256(f"avsim-simulator-build:{seed}".encode()).hexdigest()
+
+    graphs = {
+        name: {
+            "description": description,
+            "phases": {
+                kind: _phase(kind, deps, time_scale, scenario_fail_rate, crash_rate) for kind, deps in phases
+            },
+        }
+        for name, (description, phases) in _GRAPHS.items()
+    }
+    rng = random.Random(seed)
+    rand, randrange, choice = rng.random, rng.randrange, rng.choice
+    out_cases: list[dict[str, Any]] = []
+    for n in range(1, cases + 1):
+        r = rand()
+        graph = next(g for g, cut in GRAPH_MIX if r < cut)
+        category, scenario, factor, (lo, hi), weathers = choice(SCENARIOS)
+        weather = choice(weathers)
+        tags = [category, scenario]
+        if scenario == "night-rain":
+            tags.append("night")
+        if graph != "standard":
+            tags.append(graph)
+        out_cases.append(
+            {
+                "id": f"case-{n:05d}",
+                "graph": graph,
+                "scenario": {
+                    "uri": f"s3://avsim-scenarios/{category}/{scenario}/{randrange(1, 5000):06d}.json",
+                    "version": "v3",
+                },
+                "seed": randrange(2**31),
+                "parameters": {
+                    "ego_speed_kph": randrange(lo, hi + 1),
+                    "weather": weather,
+                    "traffic_density": choice(TRAFFIC),
+                    "sim_duration_factor": round(factor * (0.85 + 0.3 * rand()), 2),
+                },
+                "tags": tags,
+            }
+        )
+    summary = {
+        "resources": {"class": "cpu", "gpus": 0, "cpus": 2, "memory": "8Gi"},
+        "estimated_duration_seconds": 600,
+        "timeout_seconds": 3600,
+        "retry": {"infrastructure": 2},
+        "command": ["avsim-fakesim"],
+        "args": ["summary", "--duration", _fmt(600 * time_scale)],
+    }
+    return {
+        "apiVersion": "avsim/v1",
+        "run": {
+            "name": "weekly_regression",
+            "iso_week": week,
+            "run_class": "weekly",
+            "deadline": deadline.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "build": {
+                "build_id": f"sim-{year}.{weekno:02d}.1",
+                "image": f"registry.example.com/avsim/simulator@sha256:{digest}",
+            },
+        },
+        "graphs": graphs,
+        "cases": out_cases,
+        "run_phases": {"weekly_summary": summary},
+    }
+
+
+def write_sample(path: str | os.PathLike[str], **kw: Any) -> Path:
+    """Write :func:`sample_manifest` (``**kw``) as YAML (``.yaml``/``.yml``) or JSON (``.json``)."""
+    target = Path(path)
+    suffix = target.suffix.lower()
+    if suffix not in (".json", ".yaml", ".yml"):
+        raise ValueError(f"cannot tell the format of {target}: name it .yaml, .yml or .json")
+    doc = sample_manifest(**kw)
+    if suffix == ".json":
+        text = json.dumps(doc, indent=1) + "\n"
+    else:
+        import yaml
+
+        base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+        class _NoAliases(base):  # type: ignore[misc, valid-type]
+            def ignore_aliases(self, data: Any) -> bool:
+                return True
+
+        text = yaml.dump(doc, Dumper=_NoAliases, sort_keys=False, width=120)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    return target

@@ -1,0 +1,523 @@
+"""Validate a parsed manifest document and report every problem with its path and the fix.
+
+:func:`validate_manifest` runs two passes over the same document and merges what they find:
+
+* the pydantic models (:mod:`avsim.manifest.models`): types, required and unknown fields,
+  per-field rules; their errors are rewritten into ``cases[412].seed``-style paths and
+  messages that say what to do;
+* document-level checks on the raw dict, which pydantic cannot express: unique case ids,
+  every case ``graph`` defined under ``graphs``, every ``depends_on`` naming a phase of the
+  same graph, acyclic graphs. They are best effort and skip parts that are malformed (those
+  are reported by the first pass), so one run reports everything at once.
+
+Problems come out in document order, at most :data:`MAX_PROBLEMS` of them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import types
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import Annotated, Any, Union, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+
+from avsim.errors import ManifestError, Problem
+from avsim.manifest.models import CASE_ID_PATTERN, NAME_PATTERN, Manifest
+
+#: Problems kept in one ManifestError; the rest are counted.
+MAX_PROBLEMS = 1000
+
+Loc = tuple[Hashable, ...]
+_NAME_RE = re.compile(NAME_PATTERN)
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_TYPE_WORDS = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true or false",
+    "mapping": "a mapping",
+    "list": "a list",
+    "datetime": "a date-time with a time zone, like '2026-12-06T18:00:00Z'",
+}
+_ERROR_TYPE_WORD = {
+    "int_type": "int",
+    "int_parsing": "int",
+    "int_from_float": "int",
+    "float_type": "float",
+    "float_parsing": "float",
+    "finite_number": "float",
+    "string_type": "str",
+    "bool_type": "bool",
+    "bool_parsing": "bool",
+    "model_type": "mapping",
+    "model_attributes_type": "mapping",
+    "dict_type": "mapping",
+    "tuple_type": "list",
+    "list_type": "list",
+    "datetime_type": "datetime",
+    "datetime_parsing": "datetime",
+    "datetime_from_date_parsing": "datetime",
+    "datetime_object_invalid": "datetime",
+}
+_BOUND_TYPES = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_too_long"}
+
+
+# ----------------------------------------------------------------------------------------- public
+
+
+def validate_manifest(data: object, source: str = "manifest") -> Manifest:
+    """Validate a parsed manifest document; raise :class:`ManifestError` with every problem found."""
+    if not isinstance(data, dict):
+        what = "nothing (the document is empty)" if data is None else _describe(data)
+        raise ManifestError(
+            [
+                Problem(
+                    "", f"a manifest is a mapping (YAML mapping / JSON object) at the top level, got {what}"
+                )
+            ],
+            source=source,
+        )
+    found: list[tuple[Loc, str]] = []
+    manifest: Manifest | None = None
+    try:
+        manifest = Manifest.model_validate(data)
+    except ValidationError as exc:
+        found.extend(_pydantic_problems(exc, data))
+    found.extend(_document_problems(data))
+    if found:
+        raise ManifestError(_ordered(found, data), source=source)
+    assert manifest is not None
+    return manifest
+
+
+def format_path(loc: Iterable[Hashable], data: object = None) -> str:
+    """``("cases", 412, "graph")`` -> ``cases[412].graph``; list indexes in brackets, keys dotted.
+
+    With ``data`` (the raw document) an int segment is shown as a key when it indexes a mapping.
+    """
+    out: list[str] = []
+    node: Any = data
+    for seg in loc:
+        if isinstance(seg, int) and not isinstance(seg, bool) and not isinstance(node, dict):
+            out.append(f"[{seg}]")
+        else:
+            key = str(seg)
+            if _PLAIN_KEY.match(key) or isinstance(seg, int):
+                out.append(f".{key}" if out else key)
+            else:
+                out.append(f"[{key!r}]")
+        node = _child(node, seg)
+    return "".join(out)
+
+
+# ------------------------------------------------------------------------- pydantic error rewrite
+
+
+def _pydantic_problems(exc: ValidationError, data: dict[str, Any]) -> list[tuple[Loc, str]]:
+    errors = exc.errors(include_url=False)
+    # pydantic counts only valid items for min_length, so a list whose every item failed also
+    # gets a bogus "needs at least 1 item"; drop length errors on anything that has child errors.
+    parents: set[Loc] = set()
+    for err in errors:
+        loc = tuple(err["loc"])
+        for k in range(len(loc)):
+            parents.add(loc[:k])
+    out: list[tuple[Loc, str]] = []
+    for err in errors:
+        loc = tuple(err["loc"])
+        if err["type"] == "too_short" and loc in parents:
+            continue
+        if loc and loc[-1] == "[key]":  # a mapping key failed (graph or phase name)
+            loc = loc[:-1]
+        out.append((loc, _rewrite(err, tuple(err["loc"]))))
+    return out
+
+
+def _rewrite(err: Mapping[str, Any], loc: Loc) -> str:
+    etype: str = err["type"]
+    msg: str = err["msg"]
+    value = err.get("input")
+    ctx = err.get("ctx") or {}
+    label = _label(loc)
+    if etype == "missing":
+        return "required field missing; add it"
+    if etype == "extra_forbidden":
+        field = str(loc[-1])
+        allowed = _allowed_fields(_type_path(loc[:-1]))
+        hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
+        close = difflib.get_close_matches(field, allowed, n=1)
+        guess = f"; did you mean {close[0]!r}?" if close else ""
+        return f"unknown field {field!r}; remove it{hint}{guess}"
+    if etype == "value_error":
+        return msg.removeprefix("Value error, ")
+    if etype in _ERROR_TYPE_WORD:
+        word = _ERROR_TYPE_WORD[etype]
+        text = f"{label} must be {_TYPE_WORDS[word]}, got {_describe(value)}"
+        if word == "str" and isinstance(value, int | float) and not isinstance(value, bool):
+            text += f"; quote it: '{value}'"
+        elif word == "list" and isinstance(value, str):
+            text += f"; write it as a list: [{value}]"
+        return text
+    if etype == "enum":
+        return f"{label} must be {ctx.get('expected', 'one of the allowed values')}, got {_describe(value)}"
+    if etype == "string_pattern_mismatch":
+        pattern = ctx.get("pattern")
+        what = label
+        if loc and loc[-1] == "[key]":
+            container = str(loc[-3]) if len(loc) >= 3 else ""
+            what = {"graphs": "graph name", "phases": "phase name", "run_phases": "run phase name"}.get(
+                container, "name"
+            )
+        if pattern == NAME_PATTERN:
+            return (
+                f"{what} {value!r} is not a valid name; start with a letter, then use letters, digits or '_' "
+                "(at most 63 characters)"
+            )
+        if pattern == CASE_ID_PATTERN:
+            return (
+                f"{what} {value!r} is not a valid case id; use letters, digits, '.', '_' or '-', starting "
+                "with a letter or digit (at most 128 characters)"
+            )
+        return f"{what} {value!r} does not match the pattern {pattern!r}"
+    if etype == "too_short":
+        n = ctx.get("min_length", 1)
+        return f"{label} needs at least {n} item{'s' if n != 1 else ''}; add {'one' if n == 1 else 'more'}"
+    if etype == "string_too_short":
+        return f"{label} must not be empty"
+    if etype in _BOUND_TYPES:
+        return f"{label}: {msg[0].lower()}{msg[1:]}, got {_short(value)}"
+    return f"{msg}, got {_describe(value)}" if not isinstance(value, dict | list) else msg
+
+
+def _label(loc: Loc) -> str:
+    """The field an error is about, for the message: ``seed``, ``depends_on[0]``."""
+    parts = [seg for seg in loc if seg != "[key]"]
+    if not parts:
+        return "value"
+    last = parts[-1]
+    if isinstance(last, int) and len(parts) > 1:
+        return f"{parts[-2]}[{last}]"
+    return str(last)
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, dict):
+        return f"a mapping of {len(value)} key{'s' if len(value) != 1 else ''}"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}"
+    if value is None:
+        return "null"
+    return f"{type(value).__name__} {_short(value)}"
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------- the model type at an error path
+
+
+def _type_path(loc: Loc) -> tuple[str, ...]:
+    """An error location with indexes and mapping keys normalised, so it can be cached per shape."""
+    out: list[str] = []
+    tp: Any = Manifest
+    for seg in loc:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            out.append(str(seg))
+            tp = _field_type(tp, str(seg))
+        else:
+            out.append("*")
+            origin = get_origin(tp)
+            args = get_args(tp)
+            tp = args[-1] if origin is dict and args else args[0] if args else None
+    return tuple(out)
+
+
+@lru_cache(maxsize=256)
+def _allowed_fields(type_path: tuple[str, ...]) -> tuple[str, ...]:
+    tp: Any = Manifest
+    for seg in type_path:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            tp = _field_type(tp, seg)
+        else:
+            origin, args = get_origin(tp), get_args(tp)
+            tp = args[-1] if origin is dict and args else args[0] if args else None
+    tp = _unwrap(tp)
+    if not (isinstance(tp, type) and issubclass(tp, BaseModel)):
+        return ()
+    return tuple(f.alias or name for name, f in tp.model_fields.items())
+
+
+def _field_type(model: type[BaseModel], key: str) -> Any:
+    for name, field in model.model_fields.items():
+        if key in (name, field.alias):
+            return field.annotation
+    return None
+
+
+def _unwrap(tp: Any) -> Any:
+    """Strip ``Annotated`` and ``X | None`` down to the type that has the children."""
+    while True:
+        origin = get_origin(tp)
+        if origin is Annotated:
+            tp = get_args(tp)[0]
+        elif origin is Union or origin is types.UnionType:
+            args = [a for a in get_args(tp) if a is not type(None)]
+            tp = args[0] if args else None
+        else:
+            return tp
+
+
+# ------------------------------------------------------------------------ document-level checks
+
+
+def _document_problems(data: dict[str, Any]) -> list[tuple[Loc, str]]:
+    out: list[tuple[Loc, str]] = []
+    graphs = data.get("graphs", {})
+    graph_names: list[str] | None = None
+    if isinstance(graphs, dict):
+        graph_names = [k.strip() for k in graphs if isinstance(k, str) and _NAME_RE.match(k.strip())]
+        for gname, graph in graphs.items():
+            if isinstance(graph, dict) and isinstance(graph.get("phases"), dict):
+                _graph_problems(("graphs", gname, "phases"), graph["phases"], "phase", out.append)
+    run_phases = data.get("run_phases")
+    if isinstance(run_phases, dict):
+        _graph_problems(("run_phases",), run_phases, "run phase", out.append)
+    cases = data.get("cases")
+    if isinstance(cases, list):
+        _case_problems(cases, graph_names, out.append)
+    return out
+
+
+def _case_problems(
+    cases: list[Any], graph_names: list[str] | None, add: Callable[[tuple[Loc, str]], None]
+) -> None:
+    known = set(graph_names or ())
+    first_index: dict[str, int] = {}
+    unknown_msg: dict[str, str] = {}
+    for i, case in enumerate(cases):
+        if not isinstance(case, dict):
+            continue
+        cid = case.get("id")
+        if isinstance(cid, str):
+            key = cid.strip()
+            j = first_index.setdefault(key, i)
+            if j != i:
+                add(
+                    (
+                        ("cases", i, "id"),
+                        f"duplicate case id {key!r} (also cases[{j}]); give each case a unique id",
+                    )
+                )
+        graph = case.get("graph")
+        if isinstance(graph, str) and graph_names is not None:
+            name = graph.strip()
+            if name not in known and _NAME_RE.match(name):
+                if name not in unknown_msg:
+                    unknown_msg[name] = _unknown_graph(name, graph_names)
+                add((("cases", i, "graph"), unknown_msg[name]))
+        phases = case.get("phases")
+        if isinstance(phases, dict):
+            _graph_problems(("cases", i, "phases"), phases, "phase", add)
+
+
+def _unknown_graph(name: str, graph_names: list[str]) -> str:
+    if not graph_names:
+        return (
+            f"unknown graph {name!r} (no graphs are defined); define it under graphs or give the case phases"
+        )
+    close = difflib.get_close_matches(name, graph_names, n=1)
+    guess = f"did you mean {close[0]!r}?" if close else "name one of them or define it under graphs"
+    return f"unknown graph {name!r} (known: {', '.join(graph_names)}); {guess}"
+
+
+def _graph_problems(
+    base: Loc, phases: dict[Any, Any], kind: str, add: Callable[[tuple[Loc, str]], None]
+) -> None:
+    """Dependency checks of one phase mapping; cached by the graph's shape, then re-rooted at ``base``."""
+    shape: list[tuple[Any, tuple[tuple[int, str], ...]]] = []
+    for name, phase in phases.items():
+        deps = phase.get("depends_on") if isinstance(phase, dict) else None
+        entries = (
+            tuple((k, d) for k, d in enumerate(deps) if isinstance(d, str)) if isinstance(deps, list) else ()
+        )
+        shape.append((name, entries))
+    try:
+        found = _dependency_problems(tuple(shape), kind)
+    except TypeError:  # an unhashable key (YAML allows lists as keys): pydantic reports that part
+        return
+    for rel, message in found:
+        add(((*base, *rel), message))
+
+
+@lru_cache(maxsize=1024)
+def _dependency_problems(
+    shape: tuple[tuple[Any, tuple[tuple[int, str], ...]], ...], kind: str
+) -> tuple[tuple[Loc, str], ...]:
+    names = [n for n, _ in shape if isinstance(n, str)]
+    stripped = {n.strip(): n for n in names}
+    listed = ", ".join(stripped) or "none"
+    out: list[tuple[Loc, str]] = []
+    deps: dict[str, list[str]] = {}
+    for name, entries in shape:
+        if not isinstance(name, str):
+            continue
+        ups: list[str] = []
+        for k, raw in entries:
+            up = raw.strip()
+            if up == name.strip():
+                out.append(
+                    ((name, "depends_on", k), f"{kind} {up!r} depends on itself; remove it from depends_on")
+                )
+            elif up in stripped:
+                ups.append(up)
+            elif _NAME_RE.match(up):
+                close = difflib.get_close_matches(up, list(stripped), n=1)
+                guess = f"did you mean {close[0]!r}?" if close else f"fix the name or add the {kind}"
+                out.append(((name, "depends_on", k), f"unknown {kind} {up!r} (known: {listed}); {guess}"))
+        deps[name.strip()] = ups
+    for cycle in _cycles(deps):
+        out.append(
+            (
+                (),
+                f"{kind}s depend on each other in a cycle: {_show_cycle(cycle)}; "
+                "break it by removing one of these depends_on entries",
+            )
+        )
+    return tuple(out)
+
+
+def _show_cycle(cycle: list[str], keep: int = 10) -> str:
+    if len(cycle) <= 2 * keep + 1:
+        return " -> ".join(cycle)
+    hidden = len(cycle) - 2 * keep
+    return " -> ".join([*cycle[:keep], f"... ({hidden} more)", *cycle[-keep:]])
+
+
+def _cycles(deps: Mapping[str, Sequence[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component, in run order (``a -> b``: b runs after a).
+
+    Each cycle starts and ends at its earliest-declared phase. Iterative (Tarjan), so a long
+    dependency chain cannot exhaust the interpreter stack.
+    """
+    order = {name: k for k, name in enumerate(deps)}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    counter = 0
+    for root in deps:
+        if root in index:
+            continue
+        work: list[tuple[str, int]] = [(root, 0)]
+        while work:
+            node, pos = work.pop()
+            if pos == 0:
+                index[node] = low[node] = counter
+                counter += 1
+                stack.append(node)
+                on_stack.add(node)
+            ups = deps.get(node, ())
+            if pos < len(ups):
+                work.append((node, pos + 1))
+                up = ups[pos]
+                if up not in index:
+                    work.append((up, 0))
+                elif up in on_stack:
+                    low[node] = min(low[node], index[up])
+                continue
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(component)
+    cycles = [_cycle_in(sorted(c, key=order.__getitem__), deps) for c in components]
+    return sorted(cycles, key=lambda c: order[c[0]])
+
+
+def _cycle_in(members: list[str], deps: Mapping[str, Sequence[str]]) -> list[str]:
+    """The shortest cycle through ``members[0]`` inside one strongly connected component."""
+    start, inside = members[0], set(members)
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt: list[str] = []
+        for node in frontier:
+            for up in deps.get(node, ()):
+                if up == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    # path runs from the dependant back to start along depends_on edges; in run order
+                    # every phase comes after the one it depends on.
+                    return [start, *path[:-1], start]
+                if up in inside and up not in came_from and up != start:
+                    came_from[up] = node
+                    nxt.append(up)
+        frontier = nxt
+    return [*members, members[0]]  # unreachable for a real component
+
+
+# ------------------------------------------------------------------------------- ordering, limit
+
+
+def _ordered(found: list[tuple[Loc, str]], data: dict[str, Any]) -> list[Problem]:
+    keyed = [(_order_key(loc, data), seq, loc, msg) for seq, (loc, msg) in enumerate(found)]
+    keyed.sort(key=lambda item: (item[0], item[1]))
+    problems: list[Problem] = []
+    seen: set[tuple[str, str]] = set()
+    for _, _, loc, msg in keyed:
+        path = format_path(loc, data)
+        if (path, msg) in seen:
+            continue
+        seen.add((path, msg))
+        problems.append(Problem(path, msg))
+    if len(problems) > MAX_PROBLEMS:
+        extra = len(problems) - MAX_PROBLEMS
+        problems = problems[:MAX_PROBLEMS]
+        problems.append(Problem("", f"... and {extra} more problems not shown; fix these and validate again"))
+    return problems
+
+
+def _order_key(loc: Loc, data: object) -> tuple[int, ...]:
+    """Position of ``loc`` in the document: key positions in mappings, indexes in lists."""
+    key: list[int] = []
+    node: Any = data
+    for seg in loc:
+        if isinstance(node, dict):
+            try:
+                key.append(list(node).index(seg) if seg in node else len(node))
+            except TypeError:
+                key.append(len(node))
+        elif isinstance(node, list) and isinstance(seg, int):
+            key.append(seg)
+        else:
+            key.append(0)
+        node = _child(node, seg)
+    return tuple(key)
+
+
+def _child(node: Any, seg: Hashable) -> Any:
+    try:
+        if isinstance(node, dict):
+            return node.get(seg)
+        if isinstance(node, list) and isinstance(seg, int):
+            return node[seg] if -len(node) <= seg < len(node) else None
+    except TypeError:
+        return None
+    return None
