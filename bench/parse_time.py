@@ -36,7 +36,7 @@ assert len(bag.dags) >= 2, list(bag.dags)
 print(elapsed)
 """
 
-NAIVE_DAG = '''
+NAIVE_DAG = """
 # airflow DAG reference: reads every case at parse time (what avsim does not do)
 import json, os
 from pathlib import Path
@@ -44,7 +44,7 @@ from avsim.dagbuild.factory import load_weekly_dags
 from avsim.manifest.loader import load_manifest
 load_manifest(os.environ["AIRFLOW__AVSIM__DEFAULT_MANIFEST"])
 globals().update(load_weekly_dags(catalog=Path(__file__).with_name("avsim_graphs.yaml")))
-'''
+"""
 
 
 def parse_once(dags: Path, manifest: Path, home: Path) -> float:
@@ -81,7 +81,9 @@ def main() -> None:
             for n, path in manifests.items():
                 times = [parse_once(dags, path, base / "home") for _ in range(args.repeats)]
                 results[(label, n)] = statistics.median(times)
-                print(f"{label:16s} {n:6d} cases: median {results[(label, n)]:.3f}s over {args.repeats} parses")
+                print(
+                    f"{label:16s} {n:6d} cases: median {results[(label, n)]:.3f}s over {args.repeats} parses"
+                )
         ratio = results[("avsim", 10_000)] / results[("avsim", 10)]
         naive_ratio = results[("naive reference", 10_000)] / results[("naive reference", 10)]
         print(f"parse time ratio 10,000 / 10 cases (avsim DAG file): {ratio:.3f}  (target <= 1.2)")

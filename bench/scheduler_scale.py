@@ -69,8 +69,13 @@ class StatsdSink:
         self.sock.close()
 
     def loops(self, start: float, end: float) -> list[float]:
-        return [ms for name, vals in self.timings.items() if name.endswith("scheduler_loop_duration")
-                for t, ms in vals if start <= t <= end]
+        return [
+            ms
+            for name, vals in self.timings.items()
+            if name.endswith("scheduler_loop_duration")
+            for t, ms in vals
+            if start <= t <= end
+        ]
 
 
 @dataclass
@@ -130,17 +135,29 @@ def run_week(cases: int, args: argparse.Namespace, base: Path) -> WeekResult:
             stack.start()
             wait_for_dag(stack, PARENT)
             manifest = base / "week.json"
-            manifest.write_text(json.dumps(sample_manifest(cases, time_scale=args.time_scale, crash_rate=0.0)))
+            manifest.write_text(
+                json.dumps(sample_manifest(cases, time_scale=args.time_scale, crash_rate=0.0))
+            )
             run_id = f"bench__{cases}"
-            stack.airflow("dags", "trigger", PARENT, "--run-id", run_id, "--conf", json.dumps({"manifest": str(manifest)}))
+            stack.airflow(
+                "dags",
+                "trigger",
+                PARENT,
+                "--run-id",
+                run_id,
+                "--conf",
+                json.dumps({"manifest": str(manifest)}),
+            )
             engine = sqlalchemy.create_engine(stack.conn)
             pattern = f"{run_id}__shard_%"
             deadline = time.monotonic() + args.timeout
             while True:
                 with engine.connect() as c:
                     done = c.execute(
-                        text("SELECT run_id, end_date FROM dag_run WHERE dag_id = :d AND run_id LIKE :p "
-                             "AND state IN ('success', 'failed') ORDER BY end_date"),
+                        text(
+                            "SELECT run_id, end_date FROM dag_run WHERE dag_id = :d AND run_id LIKE :p "
+                            "AND state IN ('success', 'failed') ORDER BY end_date"
+                        ),
                         {"d": SHARD, "p": pattern},
                     ).all()
                     total = c.execute(
@@ -150,18 +167,24 @@ def run_week(cases: int, args: argparse.Namespace, base: Path) -> WeekResult:
                 if len(done) >= args.shards:
                     break
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{cases}-case week: {len(done)} of {args.shards} shards in {args.timeout}s")
+                    raise TimeoutError(
+                        f"{cases}-case week: {len(done)} of {args.shards} shards in {args.timeout}s"
+                    )
                 time.sleep(2)
             with engine.connect() as c:
                 first = c.execute(
-                    text("SELECT min(start_date) FROM task_instance WHERE dag_id = :d AND run_id LIKE :p "
-                         "AND map_index >= 0"),
+                    text(
+                        "SELECT min(start_date) FROM task_instance WHERE dag_id = :d AND run_id LIKE :p "
+                        "AND map_index >= 0"
+                    ),
                     {"d": SHARD, "p": pattern},
                 ).scalar()
                 end = done[args.shards - 1].end_date
                 finished = c.execute(
-                    text("SELECT count(*) FROM task_instance WHERE dag_id = :d AND run_id LIKE :p "
-                         "AND map_index >= 0 AND end_date <= :e"),
+                    text(
+                        "SELECT count(*) FROM task_instance WHERE dag_id = :d AND run_id LIKE :p "
+                        "AND map_index >= 0 AND end_date <= :e"
+                    ),
                     {"d": SHARD, "p": pattern, "e": end},
                 ).scalar()
             t0, t1 = _epoch(first), _epoch(end)
@@ -186,7 +209,7 @@ def _epoch(value: object) -> float:
         value = dt.datetime.fromisoformat(value)
     assert isinstance(value, dt.datetime)
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
+        value = value.replace(tzinfo=dt.UTC)
     return value.timestamp()
 
 

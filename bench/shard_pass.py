@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-DAG_FILE = '''
+DAG_FILE = """
 # airflow DAG of the shard shape, for bench/shard_pass.py
 import datetime as dt
 from airflow.sdk import DAG, task, task_group
@@ -45,7 +45,7 @@ with DAG("shard_shape", schedule=None, start_date=dt.datetime(2026, 1, 1), catch
             prev = t
 
     family.expand(case=cases())
-'''
+"""
 
 
 def run_size(size: int, base: Path) -> float:

@@ -30,8 +30,12 @@ def manifest_sample(
     time_scale: float = typer.Option(
         0.001, help="Fake-simulator seconds per estimated second (0.001: a 30-minute phase runs 1.8 s)."
     ),
-    scenario_fail_rate: float = typer.Option(0.03, min=0, max=1, help="Share of scenarios the software fails."),
-    crash_rate: float = typer.Option(0.0, min=0, max=1, help="Share of attempts that crash (infrastructure)."),
+    scenario_fail_rate: float = typer.Option(
+        0.03, min=0, max=1, help="Share of scenarios the software fails."
+    ),
+    crash_rate: float = typer.Option(
+        0.0, min=0, max=1, help="Share of attempts that crash (infrastructure)."
+    ),
     iso_week: str = typer.Option(None, help="ISO week, e.g. 2026-W49 (default: this week)."),
 ) -> None:
     """Write a realistic sample manifest of N cases."""
@@ -82,10 +86,21 @@ def manifest_validate(
         typer.echo("families: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
 
 
+CATALOG_HEADER = """\
+# The avsim graph catalog: the phase graphs the weekly DAGs are built from.
+# It shapes the DAGs (one mapped task group per graph, one task per phase). Weekly
+# manifests restate these graphs and may change commands, arguments, durations,
+# timeouts and memory, but not phases, dependencies, resource classes, GPU counts or
+# retries: those need a change here, reviewed and deployed with the DAG files.
+"""
+
+
 @catalog_app.command("write")
 def catalog_write(
     out: Path = typer.Argument(..., help="Where to write the catalog (YAML)."),
-    from_manifest: str = typer.Option(None, "--from", help="Take the graphs of this manifest (default: the sample's)."),
+    from_manifest: str = typer.Option(
+        None, "--from", help="Take the graphs of this manifest (default: the sample's)."
+    ),
 ) -> None:
     """Write a graph catalog: the graphs and run-level phases of a manifest."""
     import yaml
@@ -94,7 +109,9 @@ def catalog_write(
         from avsim.manifest.loader import load_manifest
 
         try:
-            doc = load_manifest(from_manifest).manifest.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+            doc = load_manifest(from_manifest).manifest.model_dump(
+                mode="json", by_alias=True, exclude_defaults=True
+            )
         except AvsimError as exc:
             _fail(exc)
             return
@@ -103,7 +120,7 @@ def catalog_write(
 
         doc = sample_manifest(1)
     catalog = {"apiVersion": "avsim/v1", "graphs": doc["graphs"], "run_phases": doc.get("run_phases", {})}
-    out.write_text(yaml.safe_dump(catalog, sort_keys=False))
+    out.write_text(CATALOG_HEADER + yaml.safe_dump(catalog, sort_keys=False))
     typer.echo(f"wrote {out} ({len(catalog['graphs'])} graphs)")
 
 
@@ -113,7 +130,9 @@ def demo(
     home: Path = typer.Option(Path(".avsim/demo"), help="Airflow home the demo prepares and uses."),
     shard_size: int = typer.Option(50, help="Cases per shard run (S)."),
     max_active_shards: int = typer.Option(2, help="Shard runs active at once (W)."),
-    crash_rate: float = typer.Option(0.02, min=0, max=1, help="Share of attempts that crash and are retried."),
+    crash_rate: float = typer.Option(
+        0.02, min=0, max=1, help="Share of attempts that crash and are retried."
+    ),
     exit_when_done: bool = typer.Option(False, help="Stop Airflow once the report is written."),
 ) -> None:
     """Run a whole weekly run on this machine with the real Airflow components."""
@@ -136,7 +155,9 @@ def demo(
 
 @app.command("report")
 def report(
-    run: str = typer.Argument(..., help="The run key (runs/<run key>/ in the artifact store) or parent run id."),
+    run: str = typer.Argument(
+        ..., help="The run key (runs/<run key>/ in the artifact store) or parent run id."
+    ),
     artifact_root: str = typer.Option(None, help="Artifact root URI (default: [avsim] artifact_root)."),
     dag_id: str = typer.Option("avsim_weekly", help="The weekly DAG, to turn a run id into its run key."),
 ) -> None:

@@ -65,7 +65,8 @@ class RunWatcher:
 
         with self.engine.connect() as c:
             parent = c.execute(
-                text("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r"), {"d": PARENT_DAG, "r": self.run_id}
+                text("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r"),
+                {"d": PARENT_DAG, "r": self.run_id},
             ).scalar()
             rows = c.execute(
                 text(
@@ -75,7 +76,9 @@ class RunWatcher:
                 {"d": SHARD_DAG, "p": f"{self.run_id}__shard_%"},
             ).all()
             shards = c.execute(
-                text("SELECT state, count(*) FROM dag_run WHERE dag_id = :d AND run_id LIKE :p GROUP BY state"),
+                text(
+                    "SELECT state, count(*) FROM dag_run WHERE dag_id = :d AND run_id LIKE :p GROUP BY state"
+                ),
                 {"d": SHARD_DAG, "p": f"{self.run_id}__shard_%"},
             ).all()
         phases_done = sum(n for _, state, n in rows if state in FINISHED)
@@ -99,7 +102,8 @@ def run_demo(
     timeout_seconds: float = 3 * 3600,
 ) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
 
     from avsim.dagbuild.factory import load_plan
     from avsim.manifest.sample import sample_manifest
@@ -133,14 +137,30 @@ def run_demo(
         with console.status("starting scheduler, dag-processor, triggerer and api-server"):
             stack.start()
             wait_for_dag(stack, PARENT_DAG)
-        run_id = f"demo__{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}"
-        stack.airflow("dags", "trigger", PARENT_DAG, "--run-id", run_id, "--conf", json.dumps({"manifest": str(manifest_path)}))
-        console.print(f"triggered [bold]{PARENT_DAG}[/] run [bold]{run_id}[/]: {cases} cases, {total_phases} phases")
+        run_id = f"demo__{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}"
+        stack.airflow(
+            "dags",
+            "trigger",
+            PARENT_DAG,
+            "--run-id",
+            run_id,
+            "--conf",
+            json.dumps({"manifest": str(manifest_path)}),
+        )
+        console.print(
+            f"triggered [bold]{PARENT_DAG}[/] run [bold]{run_id}[/]: {cases} cases, {total_phases} phases"
+        )
         console.print(f"Airflow UI: {stack.api_url}/dags/{PARENT_DAG}/runs/{run_id}")
-        watcher = RunWatcher(stack.conn, run_id, {f.group_id: f"{f.group_id}.{f.phases[-1].name}" for f in plan.families})
+        watcher = RunWatcher(
+            stack.conn, run_id, {f.group_id: f"{f.group_id}.{f.phases[-1].name}" for f in plan.families}
+        )
         deadline = time.monotonic() + timeout_seconds
         with Bar(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
         ) as bar:
             t_cases = bar.add_task("cases ", total=cases)
             t_phases = bar.add_task("phases", total=total_phases)
@@ -153,7 +173,9 @@ def run_demo(
                 if p.parent_state in ("success", "failed"):
                     break
                 if time.monotonic() > deadline:
-                    raise AvsimError(f"the demo run did not finish within {timeout_seconds:.0f}s; see {home}/logs")
+                    raise AvsimError(
+                        f"the demo run did not finish within {timeout_seconds:.0f}s; see {home}/logs"
+                    )
                 time.sleep(1)
         return finish(console, stack, run_id, p, exit_when_done)
     finally:
@@ -177,7 +199,9 @@ def wait_for_dag(stack: LocalStack, dag_id: str, timeout: float = 180) -> None:
         except sqlalchemy.exc.OperationalError:
             pass
         time.sleep(1)
-    raise AvsimError(f"{dag_id} was not parsed within {timeout:.0f}s; see {stack.home}/logs/dag-processor.log")
+    raise AvsimError(
+        f"{dag_id} was not parsed within {timeout:.0f}s; see {stack.home}/logs/dag-processor.log"
+    )
 
 
 def finish(console: Any, stack: LocalStack, run_id: str, p: Progress, exit_when_done: bool) -> int:

@@ -74,8 +74,10 @@ class AvsimSettings:
     def resolved_graph_catalog(self, dags_folder: str | None = None) -> str:
         if self.graph_catalog:
             return self.graph_catalog
-        folder = dags_folder or os.environ.get("AIRFLOW__CORE__DAGS_FOLDER") or str(
-            Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow") / "dags"
+        folder = (
+            dags_folder
+            or os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")
+            or str(Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow") / "dags")
         )
         return str(Path(folder) / "avsim_graphs.yaml")
 

@@ -101,7 +101,9 @@ class LocalStack:
         env.update(self.extra_env)
         return env
 
-    def airflow(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    def airflow(
+        self, *args: str, check: bool = True, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
         """Run one ``airflow`` CLI command against this stack."""
         return subprocess.run(
             [_airflow_bin(), *args],
@@ -145,7 +147,9 @@ class LocalStack:
         while time.monotonic() < deadline:
             proc = self.procs.get("api-server")
             if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"api-server exited with {proc.returncode}; see {self.home}/logs/api-server.log")
+                raise RuntimeError(
+                    f"api-server exited with {proc.returncode}; see {self.home}/logs/api-server.log"
+                )
             try:
                 with urllib.request.urlopen(f"{self.api_url}/api/v2/monitor/health", timeout=2):
                     return

@@ -11,6 +11,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from tests.support.airflow_run import query, trigger, wait_for_run
+from tests.support.postgres import postgres_cluster
 
 from avsim.artifacts import RunLayout
 from avsim.dagbuild.factory import load_plan
@@ -19,8 +21,6 @@ from avsim.demo import demo_pools, wait_for_dag
 from avsim.manifest.sample import sample_manifest
 from avsim.settings import AvsimSettings
 from avsim.stack import LocalStack
-from tests.support.airflow_run import query, trigger, wait_for_run
-from tests.support.postgres import postgres_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +69,8 @@ def test_weekly_run_runs_every_phase_once_in_order(stack: LocalStack) -> None:
 
     plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml", AvsimSettings(shard_size=SHARD_SIZE))
     shard_runs = query(
-        stack, "SELECT run_id, state FROM dag_run WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p",
+        stack,
+        "SELECT run_id, state FROM dag_run WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p",
         p=f"{run_id}__shard_%",
     )
     assert sorted(shard_runs) == [(f"{run_id}__shard_{k:04d}", "success") for k in range(3)]
@@ -81,10 +82,14 @@ def test_weekly_run_runs_every_phase_once_in_order(stack: LocalStack) -> None:
         "WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p AND map_index >= 0",
         p=f"{run_id}__shard_%",
     )
-    expected = {(f"{c['graph']}.{ph}", c["id"]) for c in doc["cases"] for ph in plan.family(c["graph"]).phase_names}
+    expected = {
+        (f"{c['graph']}.{ph}", c["id"]) for c in doc["cases"] for ph in plan.family(c["graph"]).phase_names
+    }
     seen = {(t.task_id, t.rendered_map_index) for t in tis}
     assert seen == expected
-    assert all(t.state == "success" and t.try_number == 1 for t in tis), [t for t in tis if t.state != "success"]
+    assert all(t.state == "success" and t.try_number == 1 for t in tis), [
+        t for t in tis if t.state != "success"
+    ]
 
     # The ledger: one attempt per (case, phase), each starting after its upstream phases ended.
     layout = RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for("avsim_weekly", run_id))
@@ -117,8 +122,10 @@ def test_weekly_run_runs_every_phase_once_in_order(stack: LocalStack) -> None:
         assert case_id in html
     # The run-level summary ran after every shard and saw each shard's summary.
     summary = query(
-        stack, "SELECT state, try_number FROM task_instance WHERE dag_id = 'avsim_weekly' AND run_id = :r "
-        "AND task_id = 'run_phases.weekly_summary'", r=run_id,
+        stack,
+        "SELECT state, try_number FROM task_instance WHERE dag_id = 'avsim_weekly' AND run_id = :r "
+        "AND task_id = 'run_phases.weekly_summary'",
+        r=run_id,
     )
     assert summary == [("success", 1)]
 
@@ -132,8 +139,10 @@ def test_bad_manifest_fails_fast_and_starts_no_shard(stack: LocalStack) -> None:
     trigger(stack, "avsim_weekly", run_id, {"manifest": str(manifest)})
     assert wait_for_run(stack, "avsim_weekly", run_id, timeout=300) == "failed"
     prepare = query(
-        stack, "SELECT state, try_number FROM task_instance WHERE dag_id = 'avsim_weekly' AND run_id = :r "
-        "AND task_id = 'prepare'", r=run_id,
+        stack,
+        "SELECT state, try_number FROM task_instance WHERE dag_id = 'avsim_weekly' AND run_id = :r "
+        "AND task_id = 'prepare'",
+        r=run_id,
     )
     assert prepare == [("failed", 1)], "bad input is not retried"
     assert query(stack, "SELECT run_id FROM dag_run WHERE run_id LIKE :p", p=f"{run_id}__shard_%") == []

@@ -23,7 +23,8 @@ def wait_for_run(stack: LocalStack, dag_id: str, run_id: str, timeout: float = 6
     while time.monotonic() < deadline:
         with engine.connect() as c:
             state = c.execute(
-                text("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r"), {"d": dag_id, "r": run_id}
+                text("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r"),
+                {"d": dag_id, "r": run_id},
             ).scalar()
         if state in ("success", "failed"):
             return str(state)

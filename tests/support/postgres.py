@@ -11,6 +11,7 @@ import glob
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,12 +34,17 @@ def _as_owner(cmd: list[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def postgres_cluster(base: Path) -> Iterator[str]:
-    """Yield a SQLAlchemy URL (psycopg2) of a fresh database; stop and remove the cluster after."""
-    data = base / "pgdata"
-    data.mkdir(parents=True)
+def postgres_cluster(base: Path | None = None) -> Iterator[str]:
+    """Yield a SQLAlchemy URL (psycopg2) of a fresh database; stop and remove the cluster after.
+
+    The cluster lives in its own temporary folder (the ``postgres`` user must be able to reach
+    it, which pytest's root-only temporary folders do not allow); ``base`` is not used for data.
+    """
+    top = Path(tempfile.mkdtemp(prefix="avsim-pg-"))
+    data = top / "pgdata"
+    data.mkdir()
     if os.geteuid() == 0:
-        shutil.chown(base, "postgres")
+        shutil.chown(top, "postgres")
         shutil.chown(data, "postgres")
     port = free_port()
     subprocess.run(
@@ -48,14 +54,26 @@ def postgres_cluster(base: Path) -> Iterator[str]:
     )
     opts = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off"
     subprocess.run(
-        _as_owner([_bin("pg_ctl"), "-D", str(data), "-o", opts, "-l", str(data / "server.log"), "-w", "start"]),
+        _as_owner(
+            [_bin("pg_ctl"), "-D", str(data), "-o", opts, "-l", str(data / "server.log"), "-w", "start"]
+        ),
         check=True,
         capture_output=True,
     )
     try:
         for _ in range(50):
             done = subprocess.run(
-                [_bin("psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c", "CREATE DATABASE airflow"],
+                [
+                    _bin("psql"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "-U",
+                    "postgres",
+                    "-c",
+                    "CREATE DATABASE airflow",
+                ],
                 capture_output=True,
                 text=True,
             )
@@ -66,4 +84,6 @@ def postgres_cluster(base: Path) -> Iterator[str]:
             raise RuntimeError(f"could not create the test database: {done.stderr}")
         yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/airflow"
     finally:
-        subprocess.run(_as_owner([_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]), capture_output=True)
+        subprocess.run(
+            _as_owner([_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]), capture_output=True
+        )

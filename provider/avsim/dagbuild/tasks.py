@@ -46,7 +46,7 @@ def manifest_source(params: dict[str, Any], settings: AvsimSettings, when: dt.da
             source="DAG run conf",
         )
     if "{iso_week}" in source:
-        when = when or dt.datetime.now(dt.timezone.utc)
+        when = when or dt.datetime.now(dt.UTC)
         year, week, _ = when.isocalendar()
         source = source.replace("{iso_week}", f"{year}-W{week:02d}")
     return source
@@ -121,7 +121,9 @@ def load_shard(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
     problems = []
     run = conf.get("run")
     if not isinstance(run, dict) or not {"run_key", "artifact_root"} <= set(run):
-        problems.append(Problem("conf.run", "missing or incomplete; shard runs are started by the weekly run"))
+        problems.append(
+            Problem("conf.run", "missing or incomplete; shard runs are started by the weekly run")
+        )
     if not isinstance(conf.get("shard"), int) or isinstance(conf.get("shard"), bool):
         problems.append(Problem("conf.shard", f"must be an integer shard index, got {conf.get('shard')!r}"))
     if problems:
@@ -154,7 +156,12 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
         depends_on = {p.name: list(p.upstream) for p in family.phases}
         for c in entries:
             cases.append(
-                {"case_id": c["case_id"], "graph": fam, "phases": list(family.phase_names), "depends_on": depends_on}
+                {
+                    "case_id": c["case_id"],
+                    "graph": fam,
+                    "phases": list(family.phase_names),
+                    "depends_on": depends_on,
+                }
             )
     ledger = Ledger(layout)
     summary = summarize_shard(ledger, shard.index, cases)
@@ -185,7 +192,7 @@ def write_week_report(run: dict[str, Any], run_phases: list[str]) -> dict[str, s
         summaries,
         run_phase_outcomes,
         run_id=str(run.get("run_id", run["run_key"])),
-        generated_at=dt.datetime.now(dt.timezone.utc),
+        generated_at=dt.datetime.now(dt.UTC),
         manifest_sha256=run.get("manifest_sha256"),
     )
     uris = write_report(layout, report)

@@ -27,7 +27,7 @@ from avsim.plan.model import FamilyPlan, WeeklyPlan
 from avsim.sensors.shards import ShardRunSensor
 from avsim.settings import AvsimSettings
 
-START_DATE = dt.datetime(2026, 1, 5, tzinfo=dt.timezone.utc)  # a Monday
+START_DATE = dt.datetime(2026, 1, 5, tzinfo=dt.UTC)  # a Monday
 WEEKLY_SCHEDULE = "0 6 * * 1"  # Mondays 06:00 UTC
 PARENT_DOC = """
 ### avsim weekly regression run
@@ -41,7 +41,9 @@ cleared in the shard run, then `report` here is cleared to refresh the weekly re
 
 def phase_operator_class(settings: AvsimSettings) -> type[AvsimPhaseOperator]:
     if settings.backend == "kubernetes":
-        raise NotImplementedError("the kubernetes backend is not available in this version; use backend = local")
+        raise NotImplementedError(
+            "the kubernetes backend is not available in this version; use backend = local"
+        )
     return LocalPhaseOperator
 
 
@@ -71,7 +73,10 @@ def _family_group(family: FamilyPlan, run: Any, operator: type[AvsimPhaseOperato
                 weight_rule="absolute",
                 map_index_template="{{ task.case.case_id }}",
                 **_retry_kwargs(
-                    phase.retries, phase.retry_delay_seconds, phase.retry_backoff, phase.max_retry_delay_seconds
+                    phase.retries,
+                    phase.retry_delay_seconds,
+                    phase.retry_backoff,
+                    phase.max_retry_delay_seconds,
                 ),
             )
         for phase in family.phases:
@@ -110,7 +115,9 @@ def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> D
             # Mapping needs a task's return value, so each family's case list is its own small task.
             @task(task_id=f"cases_{family.name}", retries=2, priority_weight=plan.base_priority * 2)
             def family_cases(name: str = family.name) -> list[dict[str, Any]]:
-                return tasks.load_shard(dict(get_current_context()["dag_run"].conf or {}), plan)[f"cases_{name}"]
+                return tasks.load_shard(dict(get_current_context()["dag_run"].conf or {}), plan)[
+                    f"cases_{name}"
+                ]
 
             cases = family_cases()
             run >> cases
@@ -165,9 +172,9 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             ctx["ti"].xcom_push(key="shard_inputs", value=prepared["shard_inputs"])
             return list(prepared["shards"])
 
-        shard_specs = prepare()
-        run_xcom = XComArg(shard_specs.operator, key="run")
-        shard_inputs = XComArg(shard_specs.operator, key="shard_inputs")
+        shard_specs: Any = prepare()
+        run_xcom: Any = XComArg(shard_specs.operator, key="run")
+        shard_inputs: Any = XComArg(shard_specs.operator, key="shard_inputs")
 
         @task_group(group_id="shards", tooltip="one map index per shard run")
         def shard_group(shard: Any, shard_run_id: Any, conf: Any) -> None:

@@ -10,6 +10,7 @@ classify the exit code and commit the outcome. A backend overrides one seam,
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import shutil
@@ -118,7 +119,7 @@ class AvsimPhaseOperator(BaseOperator):
 
         attempt = self.build_attempt(context)
         ti = context["ti"]
-        started = dt.datetime.now(dt.timezone.utc)
+        started = dt.datetime.now(dt.UTC)
         t0 = time.monotonic()
         self.log.info(
             "avsim phase %s of case %s, attempt %d: %s",
@@ -130,7 +131,7 @@ class AvsimPhaseOperator(BaseOperator):
         result = self.launch(attempt, context)
         outcome = classify_exit_code(result.exit_code)
         duration = time.monotonic() - t0
-        ended = dt.datetime.now(dt.timezone.utc)
+        ended = dt.datetime.now(dt.UTC)
         self.ledger.record_attempt(
             AttemptRecord(
                 run_key=self.layout.run_key,
@@ -253,10 +254,8 @@ class LocalPhaseOperator(AvsimPhaseOperator):
 
     @staticmethod
     def _kill(proc: subprocess.Popen[str]) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait(timeout=30)
 
     def on_kill(self) -> None:

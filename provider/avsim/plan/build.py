@@ -10,9 +10,10 @@ from avsim.plan.graph import remaining_path, topological_order
 from avsim.plan.model import FamilyPlan, PhasePlan, PoolPlan, RunPhasePlan, WeeklyPlan
 from avsim.settings import AvsimSettings
 
-#: Weight added per minute of remaining critical path. Weights stay far below the gap
-#: between run-class bases, so a weekly phase always outranks an ad-hoc one.
+#: Weight added per minute of remaining critical path, capped so the path part stays
+#: below the gap between run-class bases: a weekly phase always outranks an ad-hoc one.
 WEIGHT_PER_MINUTE = 1
+MAX_PATH_WEIGHT = 5_000
 
 
 def pools_for(settings: AvsimSettings) -> tuple[PoolPlan, ...]:
@@ -30,7 +31,7 @@ def pools_for(settings: AvsimSettings) -> tuple[PoolPlan, ...]:
 
 def phase_weight(base: int, remaining_seconds: float) -> int:
     """Base of the run class plus the case's remaining critical path from this phase, in minutes."""
-    return base + WEIGHT_PER_MINUTE * max(1, math.ceil(remaining_seconds / 60.0))
+    return base + min(MAX_PATH_WEIGHT, WEIGHT_PER_MINUTE * max(1, math.ceil(remaining_seconds / 60.0)))
 
 
 def _pool_and_slots(spec: PhaseSpec, settings: AvsimSettings) -> tuple[str, int]:
@@ -88,7 +89,11 @@ def build_plan(
     run_phases = []
     for rname in topological_order(rdeps):
         spec = catalog.run_phases[rname]
-        pool = settings.gpu_spot_pool if spec.resources.resource_class is ResourceClass.GPU else settings.cpu_pool
+        pool = (
+            settings.gpu_spot_pool
+            if spec.resources.resource_class is ResourceClass.GPU
+            else settings.cpu_pool
+        )
         run_phases.append(
             RunPhasePlan(
                 name=rname,

@@ -102,7 +102,12 @@ def load_catalog(path: str | Path) -> GraphCatalog:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ManifestError(
-            [Problem("", f"file not found; write one with `avsim catalog write {p}` or set [avsim] graph_catalog")],
+            [
+                Problem(
+                    "",
+                    f"file not found; write one with `avsim catalog write {p}` or set [avsim] graph_catalog",
+                )
+            ],
             source=f"graph catalog {p}",
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -110,5 +115,7 @@ def load_catalog(path: str | Path) -> GraphCatalog:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ManifestError([Problem("", f"not valid YAML/JSON: {exc}")], source=f"graph catalog {p}") from None
+        raise ManifestError(
+            [Problem("", f"not valid YAML/JSON: {exc}")], source=f"graph catalog {p}"
+        ) from None
     return parse_catalog(data, str(p))

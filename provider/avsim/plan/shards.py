@@ -117,7 +117,9 @@ def cut_shards(manifest: Manifest, families: list[str], shard_size: int) -> list
     cases = manifest.cases
     for index, start in enumerate(range(0, len(cases), shard_size)):
         by_family: dict[str, list[dict[str, Any]]] = {}
-        for case, fam in zip(cases[start : start + shard_size], families[start : start + shard_size], strict=True):
+        for case, fam in zip(
+            cases[start : start + shard_size], families[start : start + shard_size], strict=True
+        ):
             by_family.setdefault(fam, []).append(case_entry(case, fam))
         shards.append(ShardPlan(index=index, by_family=by_family))
     return shards

@@ -33,9 +33,8 @@ class ShardRunTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
-            from asgiref.sync import sync_to_async
-
             from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+            from asgiref.sync import sync_to_async
 
             get_state = sync_to_async(RuntimeTaskInstance.get_dagrun_state)
             count = sync_to_async(RuntimeTaskInstance.get_ti_count)
@@ -48,8 +47,12 @@ class ShardRunTrigger(BaseTrigger):
                 total = await count(dag_id=self.dag_id, run_ids=[self.run_id])
                 done = await count(dag_id=self.dag_id, run_ids=[self.run_id], states=FINISHED_TI_STATES)
                 if (state, done) != last:
-                    self.log.info("shard run %s is %s: %d/%d task instances finished", self.run_id, state, done, total)
+                    self.log.info(
+                        "shard run %s is %s: %d/%d task instances finished", self.run_id, state, done, total
+                    )
                     last = (state, done)
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:
-            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}", "run_id": self.run_id})
+            yield TriggerEvent(
+                {"status": "error", "message": f"{type(exc).__name__}: {exc}", "run_id": self.run_id}
+            )
