@@ -28,13 +28,13 @@ def test_parent_shape(dagbag) -> None:
     assert type(dag.timetable).__name__ == "CronTriggerTimetable"  # scheduled weekly
     ids = set(dag.task_dict)
     assert {"prepare", "shards.start", "shards.wait", "report"} <= ids
-    assert dag.task_dict["report"].trigger_rule == "all_done"
+    assert dag.task_dict["report"].trigger_rule == "all_done_min_one_success"
     assert "prepare" in dag.task_dict["shards.start"].upstream_task_ids or "prepare" in {
         t.task_id for t in dag.task_dict["shards.start"].get_direct_relatives(upstream=True)
     }
     summary = [t for t in ids if t.startswith("run_phases.")]
     assert summary, "the run-level phases follow every shard"
-    assert dag.task_dict[summary[0]].trigger_rule == "all_done"
+    assert dag.task_dict[summary[0]].trigger_rule == "all_done_min_one_success"
 
 
 def test_shard_dag_has_one_mapped_group_per_family(dagbag) -> None:

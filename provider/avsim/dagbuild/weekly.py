@@ -134,7 +134,6 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         start_date=START_DATE,
         catchup=False,
         max_active_runs=1,
-        is_paused_upon_creation=False,
         tags=["avsim", "avsim-weekly"],
         doc_md=PARENT_DOC,
         params={
@@ -213,7 +212,8 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                 pool_slots=rp.pool_slots,
                 priority_weight=rp.priority_weight,
                 weight_rule="absolute",
-                trigger_rule="all_done",
+                # After every shard, whatever their outcome, as long as the week was prepared.
+                trigger_rule="all_done_min_one_success",
                 **_retry_kwargs(rp.retries, rp.retry_delay_seconds, 2.0, 3600),
             )
         for rp in plan.run_phases:
@@ -223,7 +223,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             else:
                 shard_runs >> created[rp.name]
 
-        @task(task_id="report", trigger_rule="all_done", retries=2, priority_weight=plan.base_priority)
+        @task(task_id="report", trigger_rule="all_done_min_one_success", retries=2, priority_weight=plan.base_priority)
         def report(run: dict[str, Any]) -> dict[str, str]:
             return tasks.write_week_report(run, [rp.name for rp in plan.run_phases])
 
