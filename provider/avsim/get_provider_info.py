@@ -24,8 +24,6 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["avsim.operators.phase", "avsim.operators.shard"],
             }
         ],
-        "sensors": [{"integration-name": "avsim", "python-modules": ["avsim.sensors.shards"]}],
-        "triggers": [{"integration-name": "avsim", "python-modules": ["avsim.triggers.shards"]}],
         "integrations": [
             {
                 "integration-name": "avsim",

@@ -13,9 +13,16 @@ from pathlib import Path
 
 from avsim.errors import ConfigError
 
+#: The phase backends this version ships.
+BACKENDS = ("local",)
+
 #: option -> (default, type, description)
 OPTIONS: dict[str, tuple[str, str, str]] = {
-    "backend": ("local", "string", "Where phases run: 'local' (a process on the worker) or 'kubernetes'."),
+    "backend": (
+        "local",
+        "string",
+        "Where phases run: 'local' (a process on the worker, the embedded default).",
+    ),
     "artifact_root": (
         "",
         "string",
@@ -57,8 +64,8 @@ class AvsimSettings:
     max_manifest_bytes: int = 64 * 2**20
 
     def __post_init__(self) -> None:
-        if self.backend not in ("local", "kubernetes"):
-            raise ConfigError(f"[avsim] backend = {self.backend!r}; use 'local' or 'kubernetes'")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"[avsim] backend = {self.backend!r}; use one of: {', '.join(BACKENDS)}")
         if not 1 <= self.shard_size <= 100_000:
             raise ConfigError(f"[avsim] shard_size = {self.shard_size}; use 1..100000")
         if not 1 <= self.max_active_shards <= 1_000:

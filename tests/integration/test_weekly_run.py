@@ -11,7 +11,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from tests.support.airflow_run import query, trigger, wait_for_run
+import yaml
+from tests.support.airflow_run import api, query, trigger, wait_for_run
 from tests.support.postgres import postgres_cluster
 
 from avsim.artifacts import RunLayout
@@ -32,7 +33,13 @@ SHARD_SIZE = 10
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("weekly")
-    with postgres_cluster(base / "pg") as url:
+    # The deployed catalog with 1-second retry delays (same shapes, so the sample still matches).
+    catalog = yaml.safe_load((ROOT / "dags" / "avsim_graphs.yaml").read_text())
+    for graph in catalog["graphs"].values():
+        for phase in graph["phases"].values():
+            phase.setdefault("retry", {}).update(delay_seconds=1, backoff=1.0)
+    (base / "graphs.yaml").write_text(yaml.safe_dump(catalog))
+    with postgres_cluster() as url:
         s = LocalStack(
             home=base / "airflow",
             dags_folder=ROOT / "dags",
@@ -42,6 +49,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
                 "AIRFLOW__AVSIM__SHARD_SIZE": str(SHARD_SIZE),
                 "AIRFLOW__AVSIM__MAX_ACTIVE_SHARDS": "2",
                 "AIRFLOW__AVSIM__SHARD_POLL_SECONDS": "1",
+                "AIRFLOW__AVSIM__GRAPH_CATALOG": str(base / "graphs.yaml"),
             },
         )
         s.migrate()
@@ -130,6 +138,39 @@ def test_weekly_run_runs_every_phase_once_in_order(stack: LocalStack) -> None:
     assert summary == [("success", 1)]
 
 
+def test_report_page_is_served_behind_airflow_login(stack: LocalStack) -> None:
+    import urllib.error
+    import urllib.request
+
+    def status(path: str, token: str | None) -> int:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            with urllib.request.urlopen(
+                urllib.request.Request(f"{stack.api_url}{path}", headers=headers), timeout=30
+            ):
+                return 200
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    # A forged token is refused, exactly as by Airflow's own API. (This stack runs the simple
+    # auth manager in all-admins mode, where a request without a token is an admin's, for
+    # Airflow's API and for this page alike.)
+    forged = status("/avsim/runs", "not-a-jwt")
+    assert forged in (401, 403) and forged == status("/api/v2/dags", "not-a-jwt")
+    assert status("/avsim/runs", None) == status("/api/v2/dags", None)
+    key = run_key_for("avsim_weekly", "it__weekly")
+    assert key in api(stack, "GET", "/avsim/runs")
+    token = json.loads(urllib.request.urlopen(f"{stack.api_url}/auth/token", timeout=30).read())[
+        "access_token"
+    ]
+    req = urllib.request.Request(
+        f"{stack.api_url}/avsim/dags/avsim_weekly/runs/it__weekly/report",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    page = urllib.request.urlopen(req, timeout=30).read().decode()
+    assert "<html" in page.lower() and "weekly_regression" in page
+
+
 def test_bad_manifest_fails_fast_and_starts_no_shard(stack: LocalStack) -> None:
     doc = sample_manifest(3)
     doc["cases"][1]["graph"] = "perception_v2"
@@ -148,3 +189,73 @@ def test_bad_manifest_fails_fast_and_starts_no_shard(stack: LocalStack) -> None:
     assert query(stack, "SELECT run_id FROM dag_run WHERE run_id LIKE :p", p=f"{run_id}__shard_%") == []
     log = next((stack.home / "logs").glob(f"dag_id=avsim_weekly/run_id={run_id}/task_id=prepare/**/*.log"))
     assert "cases[1].graph: unknown graph 'perception_v2'" in log.read_text()
+
+
+def test_clearing_a_failed_phase_in_a_shard_run_reruns_it(stack: LocalStack) -> None:
+    """An engineer clears a case's failed phase (and its downstream) in the shard run, then the report."""
+    doc = sample_manifest(6, time_scale=0.00002, scenario_fail_rate=0.0)
+    case = next(c for c in doc["cases"] if c["graph"] == "standard")
+    # evaluate crashes on every try of this run (retries: 2, so tries 1-3) and works on the 4th.
+    case["parameters"]["fakesim"] = {"evaluate": "crash_before:4"}
+    manifest = stack.home / "rerun.json"
+    manifest.write_text(json.dumps(doc))
+    run_id = "it__rerun"
+    trigger(stack, "avsim_weekly", run_id, {"manifest": str(manifest)})
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=600) == "success"
+    layout = RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for("avsim_weekly", run_id))
+    report = _read(f"{layout.report_dir}/report.json")
+    assert report["totals"]["infra_failed"] == 1
+    assert [(f["case_id"], f["phase"]) for f in report["failed_cases"]] == [(case["id"], "evaluate")]
+
+    shard_run = f"{run_id}__shard_0000"
+    [(map_index, state, tries)] = query(
+        stack,
+        "SELECT map_index, state, try_number FROM task_instance WHERE dag_id = 'avsim_weekly_shard' "
+        "AND run_id = :r AND task_id = 'standard.evaluate' AND rendered_map_index = :c",
+        r=shard_run,
+        c=case["id"],
+    )
+    assert (state, tries) == ("failed", 3)
+    cleared = api(
+        stack,
+        "POST",
+        "/api/v2/dags/avsim_weekly_shard/clearTaskInstances",
+        {
+            "dag_run_id": shard_run,
+            "task_ids": [["standard.evaluate", map_index]],
+            "include_downstream": True,
+            "only_failed": False,
+            "dry_run": False,
+        },
+    )
+    cleared_ids = {(t["task_id"], t["map_index"]) for t in cleared["task_instances"]}
+    # Only this case's phases (per map index) and the shard summary: nothing another case did reruns.
+    assert cleared_ids == {
+        ("standard.evaluate", map_index),
+        ("standard.report", map_index),
+        ("summarize", -1),
+    }
+    assert wait_for_run(stack, "avsim_weekly_shard", shard_run, timeout=300) == "success"
+    api(
+        stack,
+        "POST",
+        "/api/v2/dags/avsim_weekly/clearTaskInstances",
+        {"dag_run_id": run_id, "task_ids": ["report"], "only_failed": False, "dry_run": False},
+    )
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=300) == "success"
+    rerun = _read(f"{layout.report_dir}/report.json")
+    assert rerun["totals"]["infra_failed"] == 0 and rerun["totals"]["cases"] == 6
+    assert rerun["failed_cases"] == []
+    tries_after = query(
+        stack,
+        "SELECT task_id, try_number, state FROM task_instance WHERE dag_id = 'avsim_weekly_shard' "
+        "AND run_id = :r AND map_index = :m AND task_id LIKE 'standard.%'",
+        r=shard_run,
+        m=map_index,
+    )
+    assert dict((t, (n, s)) for t, n, s in tries_after) == {
+        "standard.prepare": (1, "success"),
+        "standard.simulate": (1, "success"),
+        "standard.evaluate": (4, "success"),
+        "standard.report": (1, "success"),
+    }

@@ -41,3 +41,19 @@ def query(stack: LocalStack, sql: str, **params: Any) -> list[Any]:
     engine = sqlalchemy.create_engine(stack.conn)
     with engine.connect() as c:
         return list(c.execute(text(sql), params).all())
+
+
+def api(stack: LocalStack, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """Call the REST API as an engineer would (simple auth manager: a token for the all-admins user)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{stack.api_url}/auth/token", timeout=30) as resp:
+        token = json.loads(resp.read())["access_token"]
+    req = urllib.request.Request(
+        f"{stack.api_url}{path}",
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read() or b"null")

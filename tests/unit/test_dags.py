@@ -27,11 +27,14 @@ def test_parent_shape(dagbag) -> None:
     assert "manifest" in dag.params
     assert type(dag.timetable).__name__ == "CronTriggerTimetable"  # scheduled weekly
     ids = set(dag.task_dict)
-    assert {"prepare", "shards.start", "shards.wait", "report"} <= ids
+    assert {"prepare", "shards", "report"} <= ids
     assert dag.task_dict["report"].trigger_rule == "all_done_min_one_success"
-    assert "prepare" in dag.task_dict["shards.start"].upstream_task_ids or "prepare" in {
-        t.task_id for t in dag.task_dict["shards.start"].get_direct_relatives(upstream=True)
-    }
+    shards = dag.task_dict["shards"]
+    assert "prepare" in shards.upstream_task_ids
+    # The week's window: at most W shard runs started and not finished at once.
+    from avsim.settings import AvsimSettings
+
+    assert shards.max_active_tis_per_dagrun == AvsimSettings().max_active_shards
     summary = [t for t in ids if t.startswith("run_phases.")]
     assert summary, "the run-level phases follow every shard"
     assert dag.task_dict[summary[0]].trigger_rule == "all_done_min_one_success"
@@ -68,6 +71,7 @@ def test_a_bad_catalog_breaks_only_its_own_file(tmp_path: Path) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
     shutil.copy(ROOT / "dags" / "avsim_weekly.py", tmp_path / "avsim_weekly.py")
+    shutil.copy(ROOT / "dags" / "avsim_weekly_shard.py", tmp_path / "avsim_weekly_shard.py")
     shutil.copy(ROOT / "dags" / "avsim_graphs.yaml", tmp_path / "avsim_graphs.yaml")
     (tmp_path / "broken_graphs.yaml").write_text("apiVersion: avsim/v1\ngraphs:\n  g:\n    phases: {}\n")
     (tmp_path / "avsim_broken.py").write_text(

@@ -240,3 +240,17 @@ def test_writes_to_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert json.loads(body)["resumed_from"] > 0
     finally:
         server.stop()
+
+
+def test_crash_before_crashes_until_the_named_attempt(tmp_path: Path) -> None:
+    params = json.dumps({"fakesim": {"evaluate": "crash_before:3"}})
+    codes = [
+        fakesim(
+            env_for(tmp_path, f"e{a}", PHASE="evaluate", ATTEMPT=a, PARAMETERS=params),
+            "evaluate",
+            "--duration",
+            "0",
+        ).returncode
+        for a in (1, 2, 3, 4)
+    ]
+    assert codes == [1, 1, 0, 0]

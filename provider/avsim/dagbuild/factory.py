@@ -20,8 +20,10 @@ def max_map_length() -> int:
 
 
 def load_plan(catalog: str | Path | None = None, settings: AvsimSettings | None = None) -> WeeklyPlan:
+    """The plan of the catalog ``[avsim] graph_catalog`` names, else of ``catalog`` (the one shipped
+    next to the DAG file), else of ``avsim_graphs.yaml`` in the DAGs folder."""
     settings = settings or load_settings()
-    path = catalog or settings.resolved_graph_catalog()
+    path = settings.graph_catalog or catalog or settings.resolved_graph_catalog()
     plan = build_plan(load_catalog(path), settings, RunClass.WEEKLY)
     limit = max_map_length()
     if plan.shard_size > limit:
@@ -33,10 +35,26 @@ def load_plan(catalog: str | Path | None = None, settings: AvsimSettings | None 
 
 
 def load_weekly_dags(
-    catalog: str | Path | None = None, dag_id: str = "avsim_weekly", settings: AvsimSettings | None = None
+    catalog: str | Path | None = None,
+    dag_id: str = "avsim_weekly",
+    settings: AvsimSettings | None = None,
+    part: str = "both",
 ) -> dict[str, Any]:
-    """The parent weekly DAG and its shard DAG, keyed by dag_id, for a DAG file's globals()."""
-    from avsim.dagbuild.weekly import build_weekly_dags
-
+    """DAGs keyed by dag_id, for a DAG file's globals(): the parent weekly DAG (``part="parent"``),
+    its shard DAG ``<dag_id>_shard`` (``part="shard"``), or both. The two ship as two DAG files
+    so a phase task parses only the shard DAG's file."""
     settings = settings or load_settings()
-    return build_weekly_dags(load_plan(catalog, settings), settings, dag_id)
+    plan = load_plan(catalog, settings)
+    shard_dag_id = f"{dag_id}_shard"
+    dags: dict[str, Any] = {}
+    if part in ("both", "parent"):
+        from avsim.dagbuild.weekly import build_parent_dag
+
+        dags[dag_id] = build_parent_dag(plan, settings, dag_id, shard_dag_id)
+    if part in ("both", "shard"):
+        from avsim.dagbuild.shard_dag import build_shard_dag
+
+        dags[shard_dag_id] = build_shard_dag(plan, settings, shard_dag_id)
+    if not dags:
+        raise ValueError(f"part must be 'both', 'parent' or 'shard', not {part!r}")
+    return dags

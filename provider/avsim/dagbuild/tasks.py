@@ -107,7 +107,7 @@ def prepare_week(
         "shards": [
             {
                 "shard": s.index,
-                "shard_run_id": shard_run_id(run_id, s.index),
+                "trigger_run_id": shard_run_id(run_id, s.index),
                 "conf": {"run": run, "shard": s.index},
             }
             for s in shards

@@ -10,8 +10,9 @@ Every draw comes from a ``random.Random`` seeded with sha256(SEED, CASE_ID, PHAS
 The scenario verdict, bad input, the amount of work and the metrics depend on the seed only,
 so a retry gets the same result; a crash depends on ``ATTEMPT`` too, so a retry of a crashed
 attempt can pass. ``PARAMETERS`` may force an outcome per phase name, for tests and demos:
-``{"fakesim": {"simulate": "scenario_failed" | "bad_input" | "crash" | "crash_once"}}``
-(``crash_once`` crashes attempt 1 only).
+``{"fakesim": {"simulate": "scenario_failed" | "bad_input" | "crash" | "crash_once" | "crash_before:N"}}``
+(``crash_once`` crashes attempt 1 only; ``crash_before:N`` crashes every attempt below N, like a
+node pool that stays broken until someone fixes it and reruns the phase).
 """
 
 from __future__ import annotations
@@ -126,7 +127,16 @@ class PhaseEnv:
     def forced(self) -> str:
         table = self.parameters.get("fakesim")
         value = table.get(self.phase, "") if isinstance(table, dict) else ""
+        if isinstance(value, str) and value.startswith("crash_before:") and value.split(":", 1)[1].isdigit():
+            return value
         return value if value in FORCED else ""
+
+    @property
+    def crash_forced(self) -> bool:
+        forced = self.forced
+        if forced.startswith("crash_before:"):
+            return self.attempt < int(forced.split(":", 1)[1])
+        return forced == "crash" or (forced == "crash_once" and self.attempt == 1)
 
 
 # -- storage (fsspec, no Airflow) --------------------------------------------------------------
@@ -358,11 +368,7 @@ def run(kind: str, args: argparse.Namespace, env: PhaseEnv) -> int:
         kind in DRIVING_KINDS and env.rng("scenario").random() < args.scenario_fail_rate
     )
     crash_rng = env.rng("crash", env.attempt)
-    crashes = (
-        forced == "crash"
-        or (forced == "crash_once" and env.attempt == 1)
-        or crash_rng.random() < args.crash_rate
-    )
+    crashes = env.crash_forced or crash_rng.random() < args.crash_rate
     total = max(0.0, args.duration * (1.0 + args.jitter * env.rng("duration").uniform(-1.0, 1.0)))
     every = args.checkpoint_every if args.checkpoint_every is not None else args.duration / 5
     resumed = latest_checkpoint(env.checkpoint_uri) if env.checkpoint_uri else 0.0
