@@ -234,7 +234,8 @@ def main() -> None:
             r = run_week(cases, args, Path(tmp))
         results.append(r)
         print(
-            f"{r.cases:6d}-case week ({r.shards_total} shards of <= {args.shard_size}, window {args.max_active_shards}): "
+            f"{r.cases:6d}-case week (shards of <= {args.shard_size}, window {args.max_active_shards}, "
+            f"{r.shards_total} shard runs created when stopped): "
             f"{r.phases_finished} phase task instances in {r.seconds:.1f}s = {r.rate:.2f}/s; "
             f"scheduler loop max {r.max_loop_ms:.0f} ms, median {r.median_loop_ms:.0f} ms",
             flush=True,
