@@ -171,6 +171,31 @@ def test_report_page_is_served_behind_airflow_login(stack: LocalStack) -> None:
     assert "<html" in page.lower() and "weekly_regression" in page
 
 
+def test_provider_plugin_and_report_command(stack: LocalStack) -> None:
+    import subprocess
+    import sys
+
+    assert "airflow-provider-avsim" in stack.airflow("providers", "list").stdout
+    plugins = stack.airflow("plugins").stdout
+    assert "avsim" in plugins and "/avsim" in plugins
+    # `avsim report RUN_ID` rebuilds the weekly report from the ledger alone.
+    layout = RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for("avsim_weekly", "it__weekly"))
+    folder = Path(layout.report_dir.removeprefix("file://"))
+    before = json.loads((folder / "report.json").read_text())
+    for name in ("report.json", "report.html"):
+        (folder / name).unlink()
+    done = subprocess.run(
+        [sys.executable, "-m", "avsim.cli", "report", "it__weekly"],
+        env=stack.env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    after = json.loads((folder / "report.json").read_text())
+    assert after["totals"] == before["totals"] and after["failed_cases"] == before["failed_cases"]
+    assert (folder / "report.html").exists()
+
+
 def test_bad_manifest_fails_fast_and_starts_no_shard(stack: LocalStack) -> None:
     doc = sample_manifest(3)
     doc["cases"][1]["graph"] = "perception_v2"
