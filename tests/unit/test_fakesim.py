@@ -199,47 +199,32 @@ def test_fs_uri_and_light_imports() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-def test_writes_to_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    server = moto_server.ThreadedMotoServer(port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        url = f"http://{host}:{port}"
-        for k, v in {
-            "AWS_ACCESS_KEY_ID": "test",
-            "AWS_SECRET_ACCESS_KEY": "test",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": url,
-        }.items():
-            monkeypatch.setenv(k, v)
-        s3 = boto3.client("s3", endpoint_url=url)
-        s3.create_bucket(Bucket="avsim")
-        # ObjectStoragePath spelling (conn@bucket) for the output, plain s3:// for the checkpoints
-        env = env_for(
-            tmp_path,
-            OUTPUT_URI="s3://avsim_s3@avsim/cases/c/simulate/attempt-1",
-            CHECKPOINT_URI="s3://avsim/checkpoints/c/simulate",
-        )
-        proc = fakesim(env, "simulate", "--duration", "0.2", "--checkpoint-every", "0.05")
-        assert proc.returncode == 0, proc.stderr
-        keys = {o["Key"] for o in s3.list_objects_v2(Bucket="avsim")["Contents"]}
-        assert {"cases/c/simulate/attempt-1/result.json", "cases/c/simulate/attempt-1/trace.jsonl"} <= keys
-        assert any(k.startswith("checkpoints/c/simulate/ckpt-") for k in keys)
-        again = fakesim(
-            {**env, "ATTEMPT": "2", "OUTPUT_URI": "s3://avsim/cases/c/simulate/attempt-2"},
-            "simulate",
-            "--duration",
-            "0.2",
-            "--checkpoint-every",
-            "0.05",
-        )
-        assert again.returncode == 0, again.stderr
-        body = s3.get_object(Bucket="avsim", Key="cases/c/simulate/attempt-2/result.json")["Body"].read()
-        assert json.loads(body)["resumed_from"] > 0
-    finally:
-        server.stop()
+def test_writes_to_s3(tmp_path: Path, s3_server: str) -> None:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=s3_server)
+    # ObjectStoragePath spelling (conn@bucket) for the output, plain s3:// for the checkpoints
+    env = env_for(
+        tmp_path,
+        OUTPUT_URI="s3://avsim_s3@avsim/cases/c/simulate/attempt-1",
+        CHECKPOINT_URI="s3://avsim/checkpoints/c/simulate",
+    )
+    proc = fakesim(env, "simulate", "--duration", "0.2", "--checkpoint-every", "0.05")
+    assert proc.returncode == 0, proc.stderr
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="avsim")["Contents"]}
+    assert {"cases/c/simulate/attempt-1/result.json", "cases/c/simulate/attempt-1/trace.jsonl"} <= keys
+    assert any(k.startswith("checkpoints/c/simulate/ckpt-") for k in keys)
+    again = fakesim(
+        {**env, "ATTEMPT": "2", "OUTPUT_URI": "s3://avsim/cases/c/simulate/attempt-2"},
+        "simulate",
+        "--duration",
+        "0.2",
+        "--checkpoint-every",
+        "0.05",
+    )
+    assert again.returncode == 0, again.stderr
+    body = s3.get_object(Bucket="avsim", Key="cases/c/simulate/attempt-2/result.json")["Body"].read()
+    assert json.loads(body)["resumed_from"] > 0
 
 
 def test_crash_before_crashes_until_the_named_attempt(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -184,29 +183,9 @@ def test_summarize_shard(ledger: Ledger) -> None:
 
 
 @pytest.fixture
-def s3_root(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A moto S3 server with bucket ``avsim`` and an Airflow connection ``avsim_s3`` pointing at it."""
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    server = moto_server.ThreadedMotoServer(port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": url,
-    }.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_AVSIM_S3", json.dumps({"conn_type": "aws", "extra": {"endpoint_url": url}})
-    )
-    boto3.client("s3", endpoint_url=url).create_bucket(Bucket="avsim")
-    try:
-        yield "s3://avsim_s3@avsim/artifacts"
-    finally:
-        server.stop()
+def s3_root(s3_server: str) -> str:
+    """The artifact root in the moto S3 server's bucket, through the ``avsim_s3`` connection."""
+    return "s3://avsim_s3@avsim/artifacts"
 
 
 def test_ledger_on_an_object_store(s3_root: str) -> None:
