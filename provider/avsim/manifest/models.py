@@ -182,13 +182,14 @@ def _check_no_dupes(v: tuple[str, ...]) -> tuple[str, ...]:
     return v
 
 
-class PhaseSpec(_Strict):
+class _RunnableSpec(_Strict):
+    """What a phase and a run-level phase share: what runs, on what, for how long, retried how."""
+
     depends_on: tuple[Name, ...] = ()
     resources: Resources
     estimated_duration_seconds: float = Field(gt=0, le=MAX_PHASE_SECONDS)
     timeout_seconds: float = Field(gt=0, le=MAX_PHASE_SECONDS)
     retry: RetrySpec = RetrySpec()
-    checkpoint: bool = False
     command: tuple[Annotated[str, StringConstraints(min_length=1)], ...] = Field(min_length=1)
     args: tuple[str, ...] = ()
 
@@ -201,6 +202,12 @@ class PhaseSpec(_Strict):
     @classmethod
     def _no_dupes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return _check_no_dupes(v)
+
+
+class PhaseSpec(_RunnableSpec):
+    """One phase of a case's graph."""
+
+    checkpoint: bool = False
 
 
 class GraphSpec(_Strict):
@@ -233,26 +240,8 @@ class CaseSpec(_Strict):
         return self
 
 
-class RunPhaseSpec(_Strict):
-    """A run-level phase (the weekly summary): runs after every case."""
-
-    resources: Resources
-    estimated_duration_seconds: float = Field(gt=0, le=MAX_PHASE_SECONDS)
-    timeout_seconds: float = Field(gt=0, le=MAX_PHASE_SECONDS)
-    retry: RetrySpec = RetrySpec()
-    command: tuple[Annotated[str, StringConstraints(min_length=1)], ...] = Field(min_length=1)
-    args: tuple[str, ...] = ()
-    depends_on: tuple[Name, ...] = ()
-
-    @field_validator("timeout_seconds")
-    @classmethod
-    def _timeout_covers_estimate(cls, v: float, info: ValidationInfo) -> float:
-        return _check_timeout(v, info)
-
-    @field_validator("depends_on")
-    @classmethod
-    def _no_dupes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return _check_no_dupes(v)
+class RunPhaseSpec(_RunnableSpec):
+    """A run-level phase (the weekly summary): runs after every case; depends_on names run phases."""
 
 
 class Manifest(_Strict):
