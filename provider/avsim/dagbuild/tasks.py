@@ -59,7 +59,6 @@ def prepare_week(
     settings: AvsimSettings,
     dag_id: str,
     run_id: str,
-    shard_dag_id: str,
 ) -> dict[str, Any]:
     """Load and check the manifest, snapshot it, cut it into shards and describe the shard runs.
 

@@ -70,7 +70,6 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                     settings=settings,
                     dag_id=dag_id,
                     run_id=dag_run.run_id,
-                    shard_dag_id=shard_dag_id,
                 )
             except ManifestError as exc:
                 from avsim.operators.exceptions import RunRejected

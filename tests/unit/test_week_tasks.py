@@ -1,0 +1,70 @@
+"""The weekly DAGs' non-phase tasks as plain functions, on a file:// artifact store (no scheduler)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from avsim.dagbuild import tasks
+from avsim.dagbuild.factory import load_plan
+from avsim.errors import AvsimError, ManifestError
+from avsim.manifest.sample import sample_manifest
+from avsim.settings import AvsimSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def week(tmp_path: Path):
+    settings = AvsimSettings(shard_size=10, artifact_root=f"file://{tmp_path / 'artifacts'}")
+    plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml", settings)
+    manifest = tmp_path / "week.json"
+    manifest.write_text(json.dumps(sample_manifest(25)))
+    return settings, plan, manifest
+
+
+def test_prepare_cuts_the_week_into_shard_runs_and_is_idempotent(week) -> None:
+    settings, plan, manifest = week
+    kw = dict(plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__1")
+    first = tasks.prepare_week(source=str(manifest), **kw)
+    assert [s["shard"] for s in first["shards"]] == [0, 1, 2]
+    assert [s["trigger_run_id"] for s in first["shards"]] == [f"manual__1__shard_000{k}" for k in range(3)]
+    assert first["run"]["case_count"] == 25 and len(first["run"]["manifest_sha256"]) == 64
+    assert tasks.prepare_week(source=str(manifest), **kw) == first  # a retry of prepare
+    loaded = [tasks.load_shard(s["conf"], plan) for s in first["shards"]]
+    ids = [c["case_id"] for part in loaded for f in plan.families for c in part[f"cases_{f.name}"]]
+    assert sorted(ids) == [f"case-{i:05d}" for i in range(1, 26)]
+    # The snapshot is immutable: another manifest under the same run is refused.
+    other = manifest.with_name("other.json")
+    other.write_text(json.dumps(sample_manifest(25, seed=99)))
+    with pytest.raises(AvsimError, match="immutable"):
+        tasks.prepare_week(source=str(other), **kw)
+
+
+def test_a_bad_shard_conf_is_rejected_with_its_fields(week) -> None:
+    _, plan, _ = week
+    with pytest.raises(ManifestError) as exc:
+        tasks.load_shard({"shard": "3"}, plan)
+    assert "conf.run: missing" in str(exc.value) and "conf.shard: must be an integer" in str(exc.value)
+
+
+def test_summarize_counts_cases_that_never_ran_as_infrastructure(week) -> None:
+    settings, plan, manifest = week
+    prepared = tasks.prepare_week(
+        source=str(manifest), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__2"
+    )
+    counts = tasks.summarize(prepared["shards"][2]["conf"], plan)
+    assert counts == {"cases": 5, "passed": 0, "scenario_failed": 0, "bad_input": 0, "infra_failed": 5}
+
+
+def test_no_manifest_for_the_scheduled_run_names_the_setting() -> None:
+    with pytest.raises(ManifestError, match="default_manifest"):
+        tasks.manifest_source({}, AvsimSettings(), None)
+    import datetime as dt
+
+    when = dt.datetime(2026, 12, 2, tzinfo=dt.UTC)
+    assert tasks.manifest_source({}, AvsimSettings(default_manifest="s3://b/{iso_week}.yaml"), when) == (
+        "s3://b/2026-W49.yaml"
+    )
