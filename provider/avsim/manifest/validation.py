@@ -19,13 +19,15 @@ import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from avsim.errors import ManifestError, Problem
 from avsim.manifest.field_errors import Loc, child, describe, format_path, pydantic_problems
 from avsim.manifest.models import NAME_PATTERN, Manifest
+
+_M = TypeVar("_M", bound=BaseModel)
 
 #: Problems kept in one ManifestError; the rest are counted.
 MAX_PROBLEMS = 1000
@@ -38,27 +40,33 @@ _NAME_RE = re.compile(NAME_PATTERN)
 
 def validate_manifest(data: object, source: str = "manifest") -> Manifest:
     """Validate a parsed manifest document; raise :class:`ManifestError` with every problem found."""
+    return validate_document(data, Manifest, source, "a manifest")
+
+
+def validate_document(data: object, model: type[_M], source: str, what_it_is: str) -> _M:
+    """Validate a manifest-shaped document (a manifest, or a graph catalog: its ``graphs`` and
+    ``run_phases`` without cases) against ``model`` and the document-level checks."""
     if not isinstance(data, dict):
         what = "nothing (the document is empty)" if data is None else describe(data)
         raise ManifestError(
             [
                 Problem(
-                    "", f"a manifest is a mapping (YAML mapping / JSON object) at the top level, got {what}"
+                    "", f"{what_it_is} is a mapping (YAML mapping / JSON object) at the top level, got {what}"
                 )
             ],
             source=source,
         )
     found: list[tuple[Loc, str]] = []
-    manifest: Manifest | None = None
+    validated: _M | None = None
     try:
-        manifest = Manifest.model_validate(data)
+        validated = model.model_validate(data)
     except ValidationError as exc:
         found.extend(pydantic_problems(exc, data))
     found.extend(_document_problems(data))
     if found:
         raise ManifestError(_ordered(found, data), source=source)
-    assert manifest is not None
-    return manifest
+    assert validated is not None
+    return validated
 
 
 def _document_problems(data: dict[str, Any]) -> list[tuple[Loc, str]]:

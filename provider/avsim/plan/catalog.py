@@ -14,11 +14,10 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field
 
 from avsim.errors import ManifestError, Problem
 from avsim.manifest.models import GraphSpec, Name, PhaseSpec, RunPhaseSpec, _Strict
-from avsim.plan.graph import find_cycle
 
 
 class GraphCatalog(_Strict):
@@ -58,39 +57,10 @@ def describe_shape(phases: Mapping[str, PhaseSpec]) -> str:
 
 
 def parse_catalog(data: object, source: str) -> GraphCatalog:
-    problems: list[Problem] = []
-    try:
-        catalog = GraphCatalog.model_validate(data)
-    except ValidationError as exc:
-        for err in exc.errors():
-            path = ".".join(str(x) for x in err["loc"])
-            problems.append(Problem(path, err["msg"]))
-        raise ManifestError(problems, source=f"graph catalog {source}") from None
-    for gname, graph in catalog.graphs.items():
-        deps = {n: list(p.depends_on) for n, p in graph.phases.items()}
-        for pname, ups in deps.items():
-            for i, up in enumerate(ups):
-                if up not in deps:
-                    problems.append(
-                        Problem(
-                            f"graphs.{gname}.phases.{pname}.depends_on[{i}]",
-                            f"unknown phase {up!r} (known: {', '.join(deps)})",
-                        )
-                    )
-        cycle = find_cycle(deps)
-        if cycle:
-            problems.append(Problem(f"graphs.{gname}.phases", f"phases form a cycle: {' -> '.join(cycle)}"))
-    rdeps = {n: list(p.depends_on) for n, p in catalog.run_phases.items()}
-    for rname, ups in rdeps.items():
-        for i, up in enumerate(ups):
-            if up not in rdeps:
-                problems.append(Problem(f"run_phases.{rname}.depends_on[{i}]", f"unknown run phase {up!r}"))
-    cycle = find_cycle(rdeps)
-    if cycle:
-        problems.append(Problem("run_phases", f"run phases form a cycle: {' -> '.join(cycle)}"))
-    if problems:
-        raise ManifestError(problems, source=f"graph catalog {source}")
-    return catalog
+    """Check a catalog with the manifest's own checks (types, references, cycles), all problems at once."""
+    from avsim.manifest.validation import validate_document
+
+    return validate_document(data, GraphCatalog, f"graph catalog {source}", "a graph catalog")
 
 
 def load_catalog(path: str | Path) -> GraphCatalog:
