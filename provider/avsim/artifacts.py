@@ -9,7 +9,15 @@ Everything a run leaves behind is under one prefix, ``<artifact_root>/runs/<run_
 ``ledger/attempts/<case>/<phase>/<n>.json``  one record per attempt
 ``ledger/outcomes/<case>/<phase>.json``      the committed outcome of a (case, phase)
 ``ledger/shards/<k>/result.json``            a shard's summary of its cases' outcomes
-``report/``                 the weekly report (``report.json``, ``report.html``)
+``report/``                 the weekly report (``report.json``, ``report.html``, ``cases.csv``, plots)
+``canary/gate.json``        the canary gate's decision
+``deadline/latest.json``    the deadline tracker's newest finish estimate (``deadline/history/`` keeps all)
+
+Outside any run, under the root:
+
+``breakers/<digest>.json``  the circuit breaker of one simulator build (keyed by image digest)
+``cache/<key>.json``        a committed phase output reusable by a rerun with the same cache key
+``weeks/<iso week>.json``   the weekly run of an ISO week (the report compares with the week before)
 
 The root is an ObjectStoragePath URI (``file:///...`` by default, ``s3://conn@bucket/prefix``
 in production); this module only builds URIs and never touches storage.
@@ -83,10 +91,46 @@ class RunLayout:
         """The cases of one shard, written by the parent run, read by the shard run."""
         return f"{self.manifest_dir}/shards/{shard:05d}.json"
 
+    @property
+    def plan_uri(self) -> str:
+        """What the run plans: case and phase counts, planned GPU/CPU seconds, deadline (written by prepare)."""
+        return f"{self.manifest_dir}/plan.json"
+
     # report
     @property
     def report_dir(self) -> str:
         return f"{self.base}/report"
+
+    # canary and deadline
+    @property
+    def canary_gate(self) -> str:
+        return f"{self.base}/canary/gate.json"
+
+    @property
+    def deadline_dir(self) -> str:
+        return f"{self.base}/deadline"
+
+    @property
+    def deadline_latest(self) -> str:
+        return f"{self.deadline_dir}/latest.json"
+
+    def deadline_history(self, stamp: str) -> str:
+        return f"{self.deadline_dir}/history/{safe_key(stamp)}.json"
+
+
+def breaker_uri(root: str, digest: str) -> str:
+    """The circuit breaker of one simulator build, shared by every run of that build."""
+    return f"{root.rstrip('/')}/breakers/{safe_key(digest)}.json"
+
+
+def cache_uri(root: str, key: str) -> str:
+    """A committed phase output that a rerun with the same cache key reuses."""
+    return f"{root.rstrip('/')}/cache/{safe_key(key)}.json"
+
+
+def week_index_uri(root: str, iso_week: str) -> str:
+    """Which run is the weekly run of ``iso_week`` (written by the weekly run's prepare)."""
+    return f"{root.rstrip('/')}/weeks/{safe_key(iso_week)}.json"
 
 
 #: The case id used for run-level phases (the weekly summary).

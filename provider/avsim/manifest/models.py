@@ -91,6 +91,32 @@ class Build(_Strict):
         return m.group("digest")
 
 
+class CanarySpec(_Strict):
+    """A small share of cases runs first; the rest starts only if the canary's crash rate is low."""
+
+    enabled: bool = True
+    share: float = Field(default=0.01, gt=0, le=0.5)
+    min_cases: int = Field(default=20, ge=1, le=10_000)
+    max_failure_rate: float = Field(default=0.2, ge=0, le=1)
+
+
+class BreakerSpec(_Strict):
+    """Stops a bad build during the fan-out: a sliding window over finished first phases."""
+
+    enabled: bool = True
+    window: int = Field(default=50, ge=1, le=100_000)
+    min_finished: int = Field(default=20, ge=1, le=100_000, validate_default=True)
+    max_failure_ratio: float = Field(default=0.5, gt=0, le=1)
+
+    @field_validator("min_finished")
+    @classmethod
+    def _within_window(cls, v: int, info: ValidationInfo) -> int:
+        window = info.data.get("window")
+        if window is not None and v > window:
+            raise ValueError(f"min_finished ({v}) is above window ({window}); the breaker could never trip")
+        return v
+
+
 class RunSpec(_Strict):
     name: Name
     iso_week: str = Field(description="ISO week, e.g. 2026-W49")
@@ -98,6 +124,8 @@ class RunSpec(_Strict):
     base_priority: int | None = Field(default=None, ge=0, le=1_000_000)
     deadline: dt.datetime
     build: Build
+    canary: CanarySpec = CanarySpec()
+    breaker: BreakerSpec = BreakerSpec()
 
     @field_validator("iso_week")
     @classmethod
@@ -156,12 +184,119 @@ class Resources(_Strict):
 
 
 class RetrySpec(_Strict):
-    """Retry budget for infrastructure failures (crash, OOM, node loss)."""
+    """Retry budgets, one per failure class, each with its own backoff.
+
+    An infrastructure failure (crash, OOM, node loss, lease expiry) and a preemption (spot reclaim,
+    eviction) are retried, each within its own budget; bad input and a failed scenario never are.
+    After ``on_demand_after_preemptions`` preemptions a GPU phase's next attempt runs on on-demand nodes.
+    """
 
     infrastructure: int = Field(default=2, ge=0, le=MAX_RETRIES)
     delay_seconds: float = Field(default=30, ge=0, le=24 * 3600)
     backoff: float = Field(default=2.0, ge=1.0, le=10.0)
     max_delay_seconds: float = Field(default=1800, ge=0, le=24 * 3600)
+    preemption: int = Field(default=3, ge=0, le=MAX_RETRIES)
+    preemption_delay_seconds: float = Field(default=10, ge=0, le=24 * 3600)
+    on_demand_after_preemptions: int = Field(default=2, ge=1, le=MAX_RETRIES, validate_default=True)
+
+    @field_validator("on_demand_after_preemptions")
+    @classmethod
+    def _fallback_within_budget(cls, v: int, info: ValidationInfo) -> int:
+        budget = info.data.get("preemption")
+        if budget is not None and budget and v > budget:
+            raise ValueError(
+                f"on_demand_after_preemptions ({v}) is above the preemption budget ({budget}): "
+                "the fallback to on-demand nodes would never happen; lower it or raise preemption"
+            )
+        return v
+
+    def delay_for(self, failure_class: str, failures_so_far: int) -> float:
+        """Seconds before the retry after the ``failures_so_far``-th failure of ``failure_class``."""
+        if failure_class == "preempted":
+            return self.preemption_delay_seconds
+        n = max(1, failures_so_far)
+        return float(min(self.max_delay_seconds, self.delay_seconds * self.backoff ** (n - 1)))
+
+
+#: Pod fields a manifest may never set, with the reason given in the error.
+FORBIDDEN_POD_FIELDS = {
+    "privileged": "pods never run privileged",
+    "securityContext": "the security context is fixed by avsim (non-root, no privilege escalation)",
+    "hostPath": "host paths would expose the node's file system",
+    "hostNetwork": "pods never share the node's network",
+    "hostPID": "pods never share the node's process namespace",
+    "hostIPC": "pods never share the node's IPC namespace",
+    "volumes": "volumes are fixed by avsim (scratch and /dev/shm only)",
+    "volumeMounts": "volumes are fixed by avsim (scratch and /dev/shm only)",
+    "serviceAccountName": "the service account comes from [avsim] kubernetes_service_account",
+    "nodeName": "placement comes from the node class of the phase",
+    "nodeSelector": "placement comes from the node class of the phase ([avsim] kubernetes_node_classes)",
+    "tolerations": "placement comes from the node class of the phase ([avsim] kubernetes_node_classes)",
+    "command": "the command is the phase's command",
+    "image": "the image is the run's pinned build",
+}
+#: Label and annotation keys: an optional DNS prefix, a name of at most 63 characters.
+LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+#: Prefixes avsim keeps for itself (labels it selects pods by, the contract's variables).
+RESERVED_LABEL_PREFIX = "avsim.io/"
+
+
+class PodOverrides(_Strict):
+    """What a manifest may add to a phase's Kubernetes pod: an allow-list, nothing else."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, Annotated[str, StringConstraints(max_length=4096)]] = Field(default_factory=dict)
+    ephemeral_storage: str | None = Field(default=None, description="scratch space, e.g. '20Gi'")
+    shm_size: str | None = Field(default=None, description="size of /dev/shm, e.g. '2Gi'")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _forbidden(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            bad = [k for k in data if k in FORBIDDEN_POD_FIELDS]
+            if bad:
+                k = bad[0]
+                raise ValueError(
+                    f"pod field {k!r} is not allowed: {FORBIDDEN_POD_FIELDS[k]}; a manifest may set only "
+                    "labels, annotations, env, ephemeral_storage and shm_size"
+                )
+        return data
+
+    @field_validator("labels", "annotations")
+    @classmethod
+    def _keys(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        for key, value in v.items():
+            if not LABEL_KEY_RE.match(key):
+                raise ValueError(f"{info.field_name} key {key!r} is not a valid Kubernetes key")
+            if key.startswith(RESERVED_LABEL_PREFIX):
+                raise ValueError(f"{info.field_name} key {key!r}: the prefix {RESERVED_LABEL_PREFIX} is avsim's")
+            if info.field_name == "labels" and not LABEL_VALUE_RE.match(value):
+                raise ValueError(
+                    f"label {key}={value!r}: a label value is at most 63 letters, digits, '-', '_' or '.'"
+                )
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        from avsim.phases.contract import RESERVED_ENV
+
+        for name in v:
+            if not ENV_NAME_RE.match(name):
+                raise ValueError(f"env name {name!r} is not a valid variable name")
+            if name in RESERVED_ENV or name.startswith("AVSIM_"):
+                raise ValueError(f"env {name!r} is set by the phase contract; choose another name")
+        return v
+
+    @field_validator("ephemeral_storage", "shm_size")
+    @classmethod
+    def _quantity(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_memory(v)
+        return v
 
 
 def _check_timeout(timeout: float, info: ValidationInfo) -> float:
@@ -208,6 +343,7 @@ class PhaseSpec(_RunnableSpec):
     """One phase of a case's graph."""
 
     checkpoint: bool = False
+    pod: PodOverrides = PodOverrides()
 
 
 class GraphSpec(_Strict):

@@ -32,6 +32,25 @@ ENV_PARAMETERS = "PARAMETERS"  # JSON object of the case's parameters
 ENV_BUILD_ID = "BUILD_ID"
 ENV_IMAGE = "IMAGE"
 
+#: Variables the contract sets; a manifest's pod env may not override them.
+RESERVED_ENV = frozenset(
+    {
+        ENV_RUN_ID,
+        ENV_CASE_ID,
+        ENV_PHASE,
+        ENV_ATTEMPT,
+        ENV_SEED,
+        ENV_INPUT_URIS,
+        ENV_SCENARIO_URI,
+        ENV_SCENARIO_VERSION,
+        ENV_OUTPUT_URI,
+        ENV_CHECKPOINT_URI,
+        ENV_PARAMETERS,
+        ENV_BUILD_ID,
+        ENV_IMAGE,
+    }
+)
+
 #: The file a phase writes under OUTPUT_URI to describe its result.
 RESULT_FILE = "result.json"
 

@@ -29,7 +29,7 @@ class GraphCatalog(_Strict):
 
 
 def shape_fingerprint(phases: Mapping[str, PhaseSpec]) -> str:
-    """Hash of the fields that shape the DAG: phase names, dependencies, resource class, GPUs, retries.
+    """Hash of the fields that shape the DAG: phase names, dependencies, resource class, GPUs, retry budgets.
 
     Commands, arguments, durations, timeouts, memory and checkpointing are read at run time
     from the run's manifest snapshot and may differ from the catalog.
@@ -40,6 +40,8 @@ def shape_fingerprint(phases: Mapping[str, PhaseSpec]) -> str:
             "class": p.resources.resource_class.value,
             "gpus": p.resources.gpus,
             "retries": p.retry.infrastructure,
+            "preemptions": p.retry.preemption,
+            "on_demand_after": p.retry.on_demand_after_preemptions,
         }
         for name, p in phases.items()
     }
