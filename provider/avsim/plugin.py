@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+from avsim.priority import STRATEGIES
 from avsim.ui.reports import create_app
 
 
@@ -19,3 +20,5 @@ class AvsimPlugin(AirflowPlugin):
             "url_route": "avsim-reports",
         }
     ]
+    # Phase tasks use these as weight_rule; DAG serialization refuses an unregistered strategy.
+    priority_weight_strategies = list(STRATEGIES)
