@@ -1,0 +1,170 @@
+"""avsim's metrics, emitted through Airflow's metrics layer (StatsD, Datadog or OpenTelemetry).
+
+Whatever ``[metrics]`` configures (``statsd_on``, ``statsd_datadog_enabled``, ``otel_on``) is where
+these go; with metrics off every call is a no-op. Each call emits two series, as Airflow does
+for its own metrics:
+
+- a *tagged* name (``avsim.phase.outcome``) with its dimensions as tags, for backends that
+  keep tags (Datadog, InfluxDB-style StatsD tags, OpenTelemetry attributes);
+- a *dotted* name with the low-cardinality dimensions in the name, in a fixed order
+  (``avsim.phase.outcome.<phase>.<outcome>.<resource_class>.<node_class>``), for plain
+  StatsD, which drops tags. High-cardinality values (build ids, digests) are tags only.
+
+Names (before ``[metrics] statsd_prefix``), all stable:
+
+==========================  =======  ==========================================================
+name                        type     dimensions (tags; dotted-name segments in this order)
+==========================  =======  ==========================================================
+avsim.phase.outcome         counter  phase, outcome, resource_class, node_class
+avsim.gpu_seconds           counter  phase, node_class (value: GPU-seconds, GPUs x wall seconds)
+avsim.preemption            counter  phase, node_class
+avsim.breaker.trip          counter  build_id, digest (tags only)
+avsim.canary.decision       counter  result (passed|failed); build_id (tag only)
+avsim.deadline.seconds_late gauge    (none): finish estimate minus deadline, negative = early
+avsim.capacity.gpus_needed  gauge    (none): GPUs the deadline needs
+==========================  =======  ==========================================================
+
+No function here ever raises: a metric must never fail the task, trigger or request that emits it.
+
+Which stats object: a task process has the task SDK's (initialized by the task runner), the
+scheduler, triggerer, dag-processor and API server have the core one (initialized by each
+component). :func:`_stats` takes the SDK's when it is initialized, else the core one when it is,
+else initializes the SDK's from ``[metrics]`` (a plain process such as the ``avsim`` command).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PHASE_OUTCOME = "avsim.phase.outcome"
+GPU_SECONDS = "avsim.gpu_seconds"
+PREEMPTION = "avsim.preemption"
+BREAKER_TRIP = "avsim.breaker.trip"
+CANARY_DECISION = "avsim.canary.decision"
+SECONDS_LATE = "avsim.deadline.seconds_late"
+GPUS_NEEDED = "avsim.capacity.gpus_needed"
+
+_SEGMENT = re.compile(r"[^A-Za-z0-9_-]")
+_SEGMENT_TAG = re.compile(r"[^A-Za-z0-9_.-]")
+_init_lock = threading.Lock()
+
+
+def _segment(value: object) -> str:
+    """One segment of a dotted name: StatsD-safe (no dots, colons, pipes), never empty."""
+    text = _SEGMENT.sub("_", str(value if value is not None else ""))[:60]
+    return text or "unknown"
+
+
+def _tag(value: object) -> str:
+    """A tag value: Airflow's stat-name characters only (InfluxDB-style tags become part of the name)."""
+    return _SEGMENT_TAG.sub("_", str(value if value is not None else ""))[:120] or "unknown"
+
+
+def _initialized(module: Any) -> bool:
+    # Airflow's stats modules keep their backend factory in a module global, set by initialize().
+    return getattr(module, "_factory", None) is not None
+
+
+def _stats() -> Any:
+    """The stats module this process should emit through (see the module doc)."""
+    from airflow.sdk._shared.observability.metrics import stats as sdk_stats
+
+    if _initialized(sdk_stats):
+        return sdk_stats
+    core_stats: Any = None
+    with contextlib.suppress(ImportError):  # a task-SDK-only worker has no core package
+        from airflow._shared.observability.metrics import stats as core_stats
+    if core_stats is not None and _initialized(core_stats):
+        return core_stats
+    with _init_lock:
+        if not _initialized(sdk_stats):
+            from airflow.sdk.configuration import conf
+            from airflow.sdk.observability.metrics import stats_utils
+
+            sdk_stats.initialize(
+                factory=stats_utils.get_stats_factory(),
+                export_legacy_names=conf.getboolean("metrics", "legacy_names_on", fallback=True),
+            )
+    return sdk_stats
+
+
+def _emit(kind: str, name: str, dotted: tuple[object, ...], value: float, tags: Mapping[str, object]) -> None:
+    try:
+        stats = _stats()
+        clean = {k: _tag(v) for k, v in tags.items()}
+        names = [name]
+        if dotted:
+            names.append(".".join([name, *(_segment(d) for d in dotted)]))
+        for stat in names:
+            if kind == "incr":
+                stats.incr(stat, count=value, tags=clean)
+            else:
+                stats.gauge(stat, value, tags=clean)
+    except Exception:  # a metric never fails its caller
+        log.debug("avsim metric %s not emitted", name, exc_info=True)
+
+
+def _number(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def phase_outcome(phase: str, outcome: str, resource_class: str, node_class: str) -> None:
+    """One phase attempt ended with ``outcome`` (``passed``, ``scenario_failed``, ``infra_failed``...).
+
+    ``resource_class``: ``gpu`` or ``cpu``; ``node_class``: ``spot``, ``on_demand`` or ``local``.
+    """
+    dims = {"phase": phase, "outcome": getattr(outcome, "value", outcome)}
+    dims |= {"resource_class": resource_class, "node_class": node_class}
+    _emit("incr", PHASE_OUTCOME, tuple(dims.values()), 1, dims)
+
+
+def gpu_seconds(phase: str, seconds: float, node_class: str) -> None:
+    """GPU-seconds an attempt used (its GPUs times its wall seconds), counted when it ends."""
+    value = _number(seconds)
+    if value is None or value < 0:
+        return
+    dims = {"phase": phase, "node_class": node_class}
+    _emit("incr", GPU_SECONDS, tuple(dims.values()), round(value, 3), dims)
+
+
+def preemption(phase: str, node_class: str) -> None:
+    """A phase attempt lost its node (spot reclaim, eviction)."""
+    dims = {"phase": phase, "node_class": node_class}
+    _emit("incr", PREEMPTION, tuple(dims.values()), 1, dims)
+
+
+def breaker_trip(build_id: str, digest: str) -> None:
+    """The circuit breaker of a simulator build opened."""
+    _emit("incr", BREAKER_TRIP, (), 1, {"build_id": build_id, "digest": digest})
+
+
+def canary_decision(build_id: str, passed: bool) -> None:
+    """The canary gate of a run decided: the week goes on (passed) or stops (failed)."""
+    result = "passed" if passed else "failed"
+    _emit("incr", CANARY_DECISION, (result,), 1, {"build_id": build_id, "result": result})
+
+
+def finish_estimate(seconds_late: float) -> None:
+    """The newest finish estimate minus the deadline, in seconds (negative: ahead of the deadline)."""
+    value = _number(seconds_late)
+    if value is not None:
+        _emit("gauge", SECONDS_LATE, (), round(value, 3), {})
+
+
+def gpus_needed(n: int | float) -> None:
+    """How many GPUs the run needs to meet its deadline (a fraction is rounded up)."""
+    value = _number(n)
+    if value is not None:
+        _emit("gauge", GPUS_NEEDED, (), math.ceil(value), {})
