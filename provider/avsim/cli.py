@@ -86,6 +86,30 @@ def manifest_validate(
         typer.echo("families: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
 
 
+@manifest_app.command("reference")
+def manifest_reference(
+    out: Path = typer.Option(None, "--out", "-o", help="Write it here (default: print it)."),
+    check: bool = typer.Option(
+        False, "--check", help="Do not write: exit 1 if the file given with -o differs from the models."
+    ),
+) -> None:
+    """Render the manifest reference (docs/manifest.md) from the manifest's models."""
+    from avsim.manifest.reference import REGENERATE, render_reference
+
+    text = render_reference()
+    if out is None:
+        if check:
+            _fail(AvsimError("--check needs the file to compare: -o docs/manifest.md"))
+        typer.echo(text, nl=False)
+    elif check:
+        if not out.exists() or out.read_text(encoding="utf-8") != text:
+            _fail(AvsimError(f"{out} is not what the manifest's models render; regenerate it: {REGENERATE}"))
+        typer.echo(f"{out} is up to date")
+    else:
+        out.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {out}")
+
+
 CATALOG_HEADER = """\
 # The avsim graph catalog: the phase graphs the weekly DAGs are built from.
 # It shapes the DAGs (one mapped task group per graph, one task per phase). Weekly
