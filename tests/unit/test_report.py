@@ -92,6 +92,8 @@ def test_totals_and_phase_counts() -> None:
         "scenario_failed": 1,
         "bad_input": 1,
         "infra_failed": 1,
+        "preempted": 0,
+        "bad_build": 0,
         "missing": 1,
         "shards": 2,
     }
@@ -171,7 +173,22 @@ def test_html_of_an_empty_report() -> None:
 def test_write_report(tmp_path: Path) -> None:
     layout = RunLayout(f"file://{tmp_path}", "rk")
     uris = write_report(layout, report())
-    assert uris == {"html": f"{layout.report_dir}/report.html", "json": f"{layout.report_dir}/report.json"}
+    folder = f"{layout.report_dir}"
+    assert uris == {
+        "csv": f"{folder}/cases.csv",
+        "durations": f"{folder}/durations.svg",
+        "failures": f"{folder}/failures.svg",
+        "html": f"{folder}/report.html",
+        "json": f"{folder}/report.json",
+    }, "no progress plot: these summaries carry no phase end times"
     on_disk = json.loads(Path(uris["json"].removeprefix("file://")).read_text())
     assert on_disk["totals"]["cases"] == 5
-    assert "c-inf" in Path(uris["html"].removeprefix("file://")).read_text()
+    assert "cases" not in on_disk, "the rows are in cases.csv, not in report.json"
+    assert on_disk["files"] == {
+        "csv": "cases.csv",
+        "plots": {"durations": "durations.svg", "failures": "failures.svg"},
+    }
+    page = Path(uris["html"].removeprefix("file://")).read_text()
+    assert "c-inf" in page
+    assert '<img src="durations.svg"' in page and '<img src="failures.svg"' in page
+    assert '<a href="cases.csv">' in page

@@ -1,8 +1,11 @@
-"""The weekly report: one JSON document built from the shard summaries, written with its HTML page.
+"""The weekly report: one JSON document built from the shard summaries, written with its files.
 
 :func:`build_report` is a pure function of the run's head (``head.json`` of the manifest snapshot),
 the shard summaries (:func:`avsim.ledger.store.summarize_shard`) and the run-level phases' outcomes;
-:func:`write_report` puts ``report.json`` and ``report.html`` under the run's ``report/`` prefix.
+it includes one row per case (``cases``). :func:`write_report` completes it with what needs the
+artifact store (each case's scenario, the comparison with the previous week) and writes, under the
+run's ``report/`` prefix: ``cases.csv`` (the rows), the plots (``progress.svg``, ``durations.svg``,
+``failures.svg``), ``report.html`` and, last, ``report.json`` (everything but the rows).
 """
 
 from __future__ import annotations
@@ -14,16 +17,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from avsim.artifacts import RunLayout
+from avsim.report.cases import ENDED, case_row, parse_time
 
 #: Case-level outcomes, in the order totals list them.
-CASE_OUTCOMES = ("passed", "scenario_failed", "bad_input", "infra_failed")
+CASE_OUTCOMES = ("passed", "scenario_failed", "bad_input", "infra_failed", "preempted", "bad_build")
 #: Phase-level outcomes, in the order tables list them.
 PHASE_OUTCOMES = (*CASE_OUTCOMES, "upstream_failed", "not_run")
 #: Phase outcomes that carry a duration worth counting (the phase ran and ended).
-TIMED_OUTCOMES = ("passed", "scenario_failed", "bad_input", "infra_failed")
+TIMED_OUTCOMES = ENDED
 #: Order of failed cases: the ones that need an engineer first.
-_FAILURE_ORDER = {"bad_input": 0, "infra_failed": 1, "scenario_failed": 2}
-REPORT_SCHEMA = "avsim/report/v1"
+_FAILURE_ORDER = {"bad_build": 0, "bad_input": 1, "infra_failed": 2, "preempted": 3, "scenario_failed": 4}
+#: Most points of the progress timeline kept in report.json.
+TIMELINE_POINTS = 200
+REPORT_SCHEMA = "avsim/report/v2"
 
 
 def _run_info(head: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -108,6 +114,7 @@ def build_report(
     failed: list[dict[str, Any]] = []
     attempts = {"total": 0, "phases": 0, "retried_phases": 0, "max_attempts": 0}
     seen: set[str] = set()
+    rows: list[dict[str, Any]] = []
     for summary in sorted(summaries, key=lambda s: int(s.get("shard", 0))):
         for case in summary.get("cases", []):
             cid = str(case.get("case_id"))
@@ -128,8 +135,10 @@ def build_report(
                 seconds = entry.get("duration_seconds")
                 if p_out in TIMED_OUTCOMES and isinstance(seconds, int | float):
                     durations.setdefault(phase, []).append(float(seconds))
+            failing = failing_phase(case) if outcome != "passed" else ("", {})
+            rows.append(case_row(case, head, failing, summary.get("shard")))
             if outcome != "passed":
-                phase, entry = failing_phase(case)
+                phase, entry = failing
                 failed.append(
                     {
                         "case_id": cid,
@@ -164,18 +173,86 @@ def build_report(
         "failed_cases": failed,
         "attempts": attempts,
         "durations": {phase: duration_stats(v) for phase, v in durations.items()},
+        "gpu_seconds": _gpu_seconds(rows),
+        "timeline": timeline(rows),
+        "cases": rows,
     }
 
 
+def _gpu_seconds(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """GPU-seconds of the committed attempts, in total and per graph."""
+    by_graph: dict[str, float] = {}
+    for r in rows:
+        by_graph[r["graph"]] = by_graph.get(r["graph"], 0.0) + float(r["gpu_seconds"])
+    return {
+        "total": round(sum(by_graph.values()), 3),
+        "by_graph": {k: round(v, 3) for k, v in by_graph.items()},
+    }
+
+
+def timeline(rows: list[dict[str, Any]], points: int = TIMELINE_POINTS) -> list[list[Any]]:
+    """Cases finished against time, ``[[iso time, cases finished by then], ...]``, at most ``points``."""
+    times = sorted(t for t in (parse_time(r.get("finished_at")) for r in rows) if t is not None)
+    if not times:
+        return []
+    step = max(1, math.ceil(len(times) / points))
+    picked = list(range(step - 1, len(times), step))
+    if picked[-1] != len(times) - 1:
+        picked.append(len(times) - 1)
+    return [[times[i].isoformat(), i + 1] for i in picked]
+
+
 def write_report(layout: RunLayout, report: dict[str, Any]) -> dict[str, str]:
-    """Write ``report.html`` then ``report.json`` (whose presence means the report is complete)."""
+    """Complete ``report`` and write its files; ``report.json`` last (its presence means complete).
+
+    Returns the URIs written: ``html``, ``json``, ``csv`` and one per plot (``progress``, ...).
+    """
+    from avsim.report.cases import scenarios_of, to_csv
+    from avsim.report.compare import previous_week
     from avsim.report.html import render_html
+    from avsim.report.plots import PLOTS, render_plots
     from avsim.storage import path
 
-    uris = {"html": f"{layout.report_dir}/report.html", "json": f"{layout.report_dir}/report.json"}
-    page = path(uris["html"])
-    if str(page.protocol) in ("file", "local"):
-        page.parent.mkdir(parents=True, exist_ok=True)
-    page.write_text(render_html(report))
-    path(uris["json"]).write_text(json.dumps(report, indent=1, sort_keys=True, default=str))
+    folder = layout.report_dir
+    rows = [dict(r) for r in report.get("cases") or []]
+    shards = sorted({int(r["shard"]) for r in rows if str(r.get("shard", "")).isdigit()})
+    scenario = scenarios_of(d for d in (_read_json(layout.shard_cases(k)) for k in shards) if d)
+    for r in rows:
+        r["scenario_uri"], r["scenario_version"] = scenario.get(r["case_id"], ("", ""))
+    run: dict[str, Any] = report.get("run") or {}
+    doc = {k: v for k, v in report.items() if k != "cases"}
+    doc["comparison"] = previous_week(layout.root, str(run.get("iso_week") or ""), rows, _read_text)
+    plots = render_plots(rows, run.get("case_count"), run.get("deadline"))
+    doc["files"] = {"csv": "cases.csv", "plots": {k: v for k, v in PLOTS.items() if v in plots}}
+    first = path(f"{folder}/cases.csv")
+    if str(first.protocol) in ("file", "local"):
+        first.parent.mkdir(parents=True, exist_ok=True)
+    uris = {"csv": f"{folder}/cases.csv"}
+    first.write_text(to_csv(rows))
+    for key, name in PLOTS.items():
+        if name in plots:
+            uris[key] = f"{folder}/{name}"
+            path(uris[key]).write_text(plots[name])
+    uris["html"] = f"{folder}/report.html"
+    path(uris["html"]).write_text(render_html(doc))
+    uris["json"] = f"{folder}/report.json"
+    path(uris["json"]).write_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
     return uris
+
+
+def _read_text(uri: str) -> str | None:
+    from avsim.storage import path
+
+    try:
+        return str(path(uri).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def _read_json(uri: str) -> dict[str, Any] | None:
+    text = _read_text(uri)
+    try:
+        doc = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None

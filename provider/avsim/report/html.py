@@ -1,4 +1,4 @@
-"""The weekly report as one self-contained HTML page: inline CSS, no script, no external assets."""
+"""The weekly report as one HTML page: inline CSS, no script; its plots are SVG files next to it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,15 @@ from avsim.report.build import CASE_OUTCOMES, PHASE_OUTCOMES
 
 #: The failed-cases table lists at most this many rows; report.json has them all.
 MAX_FAILED_ROWS = 2000
+#: The comparison tables list at most this many rows each; report.json has more.
+MAX_COMPARED_ROWS = 500
+#: Outcome cards shown even at zero; the rarer classes only when they occurred.
+_ALWAYS_SHOWN = ("passed", "scenario_failed", "bad_input", "infra_failed")
+_PLOT_CAPTIONS = {
+    "progress": "Cases finished over time",
+    "durations": "Duration of each phase (box: quartiles, whiskers: 5th-95th percentile)",
+    "failures": "Failed cases by class and failing phase",
+}
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0}
@@ -30,7 +39,10 @@ th{background:#eef0f4;font-weight:600}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 td.reason{max-width:560px;word-break:break-word;color:#3d4657}
 .passed{color:#1c7c3c}.scenario_failed{color:#b35c00}.bad_input{color:#a1127b}
-.infra_failed,.upstream_failed,.not_run{color:#c0262d}
+.infra_failed,.upstream_failed,.not_run{color:#c0262d}.preempted{color:#6a4fb3}.bad_build{color:#5b2a0e}
+figure{margin:0 0 14px;background:#fff;box-shadow:0 1px 2px #0002;padding:8px;display:inline-block}
+figure img{max-width:100%}
+figcaption{color:#5b6475;font-size:12px}
 .zero{color:#b7bcc6}
 .note{color:#5b6475}
 """
@@ -66,7 +78,8 @@ def _link(uri: str) -> str:
 
 
 def _cards(totals: Mapping[str, Any]) -> str:
-    items = [("cases", "cases"), *((o, o.replace("_", " ")) for o in CASE_OUTCOMES)]
+    shown = [o for o in CASE_OUTCOMES if o in _ALWAYS_SHOWN or totals.get(o)]
+    items = [("cases", "cases"), *((o, o.replace("_", " ")) for o in shown)]
     if totals.get("missing"):
         items.append(("missing", "missing (no summary)"))
     cards = [
@@ -122,6 +135,85 @@ def _duration_table(durations: Mapping[str, Mapping[str, Any]]) -> str:
     return _table(["phase", "count", "mean s", "p50 s", "p95 s", "max s"], rows, num_from=1)
 
 
+def _plots(files: Mapping[str, Any]) -> str:
+    plots: Mapping[str, str] = files.get("plots") or {}
+    if not plots:
+        return '<p class="note">No plot: no phase has finished yet.</p>'
+    return "".join(
+        f'<figure><img src="{escape(name, quote=True)}" alt="{escape(_PLOT_CAPTIONS.get(key, key))}">'
+        f"<figcaption>{escape(_PLOT_CAPTIONS.get(key, key))}</figcaption></figure>"
+        for key, name in plots.items()
+    )
+
+
+def _week_line(label: str, week: Mapping[str, Any]) -> str:
+    parts = [
+        ("week", week.get("iso_week")),
+        ("build", week.get("build_id")),
+        ("manifest sha256", week.get("manifest_sha256")),
+        ("run", week.get("run_id")),
+    ]
+    body = " · ".join(f"{escape(k)} <code>{escape(_fmt(v))}</code>" for k, v in parts)
+    return f"<li>{escape(label)}: {body}</li>"
+
+
+def _compared_table(entries: list[Mapping[str, Any]]) -> str:
+    if not entries:
+        return '<p class="note">None.</p>'
+    rows = [
+        "<tr>"
+        + _cell(e.get("case_id"))
+        + _cell(e.get("scenario_uri"))
+        + _cell(e.get("graph"))
+        + _cell(e.get("previous_outcome"), str(e.get("previous_outcome", "")))
+        + _cell(e.get("outcome"), str(e.get("outcome", "")))
+        + _cell(e.get("failing_phase"))
+        + _cell(e.get("matched_by"))
+        + "</tr>"
+        for e in entries[:MAX_COMPARED_ROWS]
+    ]
+    more = len(entries) - MAX_COMPARED_ROWS
+    note = f'<p class="note">… and {more:,} more in report.json.</p>' if more > 0 else ""
+    head = ["case", "scenario", "graph", "last week", "this week", "failing phase", "matched by"]
+    return _table(head, rows) + note
+
+
+def _comparison(report: Mapping[str, Any]) -> str:
+    comp: Mapping[str, Any] = report.get("comparison") or {}
+    run: Mapping[str, Any] = report.get("run") or {}
+    build: Mapping[str, Any] = report.get("build") or {}
+    this_week = {
+        "iso_week": run.get("iso_week"),
+        "build_id": build.get("build_id"),
+        "manifest_sha256": report.get("manifest_sha256"),
+        "run_id": report.get("run_id"),
+    }
+    weeks = [_week_line("this week", this_week)]
+    if comp.get("previous"):
+        weeks.append(_week_line("previous week", comp["previous"]))
+    out = [f"<ul>{''.join(weeks)}</ul>"]
+    if not comp.get("available"):
+        out.append(
+            f'<p class="note">No comparison: {escape(str(comp.get("message") or "not available"))}.</p>'
+        )
+        return "".join(out)
+    counts: Mapping[str, Any] = comp.get("counts") or {}
+    out.append(
+        f'<p class="note">{escape(_fmt(counts.get("matched", 0)))} cases matched last week '
+        f"({escape(_fmt(counts.get('by_case_id', 0)))} by case id, "
+        f"{escape(_fmt(counts.get('by_scenario_uri', 0)))} by scenario URI) · "
+        f"{escape(_fmt(counts.get('new', 0)))} new · {escape(_fmt(counts.get('dropped', 0)))} dropped · "
+        f"{escape(_fmt(counts.get('still_failing', 0)))} still failing</p>"
+    )
+    out += [
+        f"<h3>Newly failing ({escape(_fmt(counts.get('newly_failing', 0)))})</h3>",
+        _compared_table(list(comp.get("newly_failing") or [])),
+        f"<h3>Newly passing ({escape(_fmt(counts.get('newly_passing', 0)))})</h3>",
+        _compared_table(list(comp.get("newly_passing") or [])),
+    ]
+    return "".join(out)
+
+
 def render_html(report: Mapping[str, Any]) -> str:
     """The page for ``report`` (as built by :func:`avsim.report.build.build_report`)."""
     run: Mapping[str, Any] = report.get("run") or {}
@@ -129,6 +221,8 @@ def render_html(report: Mapping[str, Any]) -> str:
     totals: Mapping[str, Any] = report.get("totals") or {}
     phases: Mapping[str, Any] = report.get("phase_outcomes") or {}
     attempts: Mapping[str, Any] = report.get("attempts") or {}
+    gpu: Mapping[str, Any] = report.get("gpu_seconds") or {}
+    csv_name = str((report.get("files") or {}).get("csv") or "")
     title = (
         f"avsim weekly report: {run.get('name') or report.get('run_id')} {run.get('iso_week') or ''}".strip()
     )
@@ -154,7 +248,14 @@ def render_html(report: Mapping[str, Any]) -> str:
         f'<p class="note">{escape(_fmt(totals.get("shards", 0)))} shard summaries · '
         f"{escape(_fmt(attempts.get('total', 0)))} attempts · "
         f"{escape(_fmt(attempts.get('retried_phases', 0)))} phases retried · "
-        f"at most {escape(_fmt(attempts.get('max_attempts', 0)))} attempts of one phase</p>",
+        f"at most {escape(_fmt(attempts.get('max_attempts', 0)))} attempts of one phase · "
+        f"{escape(_fmt(round(gpu.get('total', 0) / 3600, 2)))} GPU-hours in committed attempts"
+        + (f' · <a href="{escape(csv_name, quote=True)}">every case (CSV)</a>' if csv_name else "")
+        + "</p>",
+        "<h2>Progress, durations, failures</h2>",
+        _plots(report.get("files") or {}),
+        "<h2>Compared with the previous week</h2>",
+        _comparison(report),
         "<h2>Phase outcomes</h2>",
         _outcome_table(phases.get("overall") or {}),
     ]

@@ -1,0 +1,259 @@
+"""The report's files: cases.csv, the SVG plots, the comparison with the previous week, `avsim report`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from avsim.artifacts import RunLayout, week_index_uri
+from avsim.report.build import build_report, write_report
+from avsim.report.cases import from_csv, to_csv
+from avsim.report.compare import compare_cases, previous_iso_week
+
+HEAD: dict[str, Any] = {
+    "run": {
+        "name": "weekly_regression",
+        "iso_week": "2026-W50",
+        "deadline": "2026-12-13T18:00:00+00:00",
+        "build": {"build_id": "sim-50", "image": "reg/sim@sha256:" + "b" * 64},
+    },
+    "graphs": {
+        "standard": {
+            "phases": {
+                "prepare": {"resources": {"class": "cpu", "gpus": 0}},
+                "simulate": {"resources": {"class": "gpu", "gpus": 2}},
+            }
+        }
+    },
+    "run_phases": {"weekly_summary": {}},
+    "case_count": 4,
+}
+
+
+def entry(
+    outcome: str, seconds: float | None, start: str | None, end: str | None, **kw: Any
+) -> dict[str, Any]:
+    return {
+        "outcome": outcome,
+        "attempt": kw.get("attempt", 1),
+        "attempts": kw.get("attempts", 1),
+        "output_uri": "",
+        "reason": kw.get("reason", ""),
+        "duration_seconds": seconds,
+        "started_at": start,
+        "ended_at": end,
+    }
+
+
+def day(h: int, m: int = 0) -> str:
+    return f"2026-12-08T{h:02d}:{m:02d}:00+00:00"
+
+
+SUMMARY = {
+    "shard": 0,
+    "cases": [
+        {
+            "case_id": "c-1",
+            "graph": "standard",
+            "outcome": "passed",
+            "phases": {
+                "prepare": entry("passed", 60, day(6), day(6, 1)),
+                "simulate": entry("passed", 1800, day(6, 1), day(6, 31), attempts=2),
+            },
+        },
+        {
+            "case_id": "c-2",
+            "graph": "standard",
+            "outcome": "scenario_failed",
+            "phases": {
+                "prepare": entry("passed", 60, day(6), day(6, 1)),
+                "simulate": entry("scenario_failed", 900, day(6, 1), day(6, 16), reason="collision"),
+            },
+        },
+        {
+            "case_id": "c-3",
+            "graph": "standard",
+            "outcome": "infra_failed",
+            "phases": {
+                "prepare": entry("passed", 30, day(7), day(7, 0)),
+                "simulate": entry("infra_failed", 10, day(8), day(8, 0), attempts=4, reason="OOMKilled"),
+            },
+        },
+        {
+            "case_id": "c-4-renamed",
+            "graph": "standard",
+            "outcome": "passed",
+            "phases": {
+                "prepare": entry("passed", 60, day(9), day(9, 1)),
+                "simulate": entry("passed", 600, day(9, 1), day(9, 11)),
+            },
+        },
+    ],
+}
+SHARD_CASES = {
+    "shard": 0,
+    "by_family": {
+        "standard": [
+            {"case_id": f"c-{i}", "scenario_uri": f"s3://scn/{i}.json", "scenario_version": "v3"}
+            for i in (1, 2, 3)
+        ]
+        + [{"case_id": "c-4-renamed", "scenario_uri": "s3://scn/4.json", "scenario_version": "v3"}]
+    },
+}
+#: Last week: c-1 failed (now passes), c-2 passed (now fails), case 4 under its old id, c-9 dropped.
+PREVIOUS_CSV = [
+    {"case_id": "c-1", "scenario_uri": "s3://scn/1.json", "outcome": "infra_failed"},
+    {"case_id": "c-2", "scenario_uri": "s3://scn/2.json", "outcome": "passed"},
+    {"case_id": "c-3", "scenario_uri": "s3://scn/3.json", "outcome": "infra_failed"},
+    {"case_id": "c-4", "scenario_uri": "s3://scn/4.json", "outcome": "bad_input"},
+    {"case_id": "c-9", "scenario_uri": "s3://scn/9.json", "outcome": "passed"},
+]
+
+
+def write(uri: str, text: str) -> None:
+    p = Path(uri.removeprefix("file://"))
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> RunLayout:
+    layout = RunLayout(f"file://{tmp_path}/art", "avsim_weekly__w50")
+    write(layout.shard_cases(0), json.dumps(SHARD_CASES))
+    return layout
+
+
+def with_previous_week(layout: RunLayout) -> None:
+    prev = RunLayout(layout.root, "avsim_weekly__w49")
+    index = {"run_key": prev.run_key, "run_id": "w49", "dag_id": "avsim_weekly", "build_id": "sim-49"}
+    write(week_index_uri(layout.root, "2026-W49"), json.dumps({**index, "manifest_sha256": "9" * 64}))
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=["case_id", "scenario_uri", "outcome"])
+    w.writeheader()
+    w.writerows(PREVIOUS_CSV)
+    write(f"{prev.report_dir}/cases.csv", out.getvalue())
+
+
+def build() -> dict[str, Any]:
+    return build_report(
+        HEAD, [SUMMARY], {}, run_id="w50", generated_at="2026-12-09", manifest_sha256="5" * 64
+    )
+
+
+def read(uri: str) -> str:
+    return Path(uri.removeprefix("file://")).read_text()
+
+
+def test_cases_csv_has_one_row_per_case_with_scenario_failing_phase_and_durations(layout: RunLayout) -> None:
+    uris = write_report(layout, build())
+    rows = {r["case_id"]: r for r in csv.DictReader(io.StringIO(read(uris["csv"])))}
+    assert list(rows) == ["c-1", "c-2", "c-3", "c-4-renamed"]
+    c3 = rows["c-3"]
+    assert (c3["outcome"], c3["failing_phase"], c3["failing_class"], c3["reason"]) == (
+        "infra_failed",
+        "simulate",
+        "infra_failed",
+        "OOMKilled",
+    )
+    assert (c3["attempts"], c3["retried_phases"]) == ("5", "1")
+    assert (c3["scenario_uri"], c3["scenario_version"]) == ("s3://scn/3.json", "v3")
+    c1 = rows["c-1"]
+    assert (c1["failing_phase"], c1["prepare_seconds"], c1["simulate_seconds"]) == ("", "60.0", "1800.0")
+    assert c1["gpu_seconds"] == "3600.0", "simulate holds 2 GPUs for 1800 s (from the head's graph)"
+    assert (c1["started_at"], c1["finished_at"]) == (day(6), day(6, 31))
+
+
+def test_gpu_seconds_and_timeline() -> None:
+    r = build()
+    assert r["gpu_seconds"] == {"total": 2 * (1800 + 900 + 10 + 600), "by_graph": {"standard": 6620.0}}
+    assert r["timeline"] == [[day(6, 16), 1], [day(6, 31), 2], [day(8), 3], [day(9, 11), 4]]
+
+
+def test_plots_are_svg_documents_of_the_data(layout: RunLayout) -> None:
+    uris = write_report(layout, build())
+    for key in ("progress", "durations", "failures"):
+        root = ET.fromstring(read(uris[key]))
+        assert root.tag.endswith("svg"), key
+    assert "cases finished" in read(uris["progress"]) and "deadline" in read(uris["progress"])
+    assert "simulate (4)" in read(uris["durations"])
+    failures = read(uris["failures"])
+    assert "scenario_failed" in failures and "infra_failed" in failures and "bad_input" not in failures
+
+
+def test_comparison_with_the_previous_week(layout: RunLayout) -> None:
+    with_previous_week(layout)
+    uris = write_report(layout, build())
+    comp = json.loads(read(uris["json"]))["comparison"]
+    assert comp["available"] and comp["week"] == "2026-W49"
+    assert comp["previous"]["build_id"] == "sim-49" and comp["previous"]["manifest_sha256"] == "9" * 64
+    assert [(e["case_id"], e["previous_outcome"], e["outcome"]) for e in comp["newly_failing"]] == [
+        ("c-2", "passed", "scenario_failed")
+    ]
+    assert [(e["case_id"], e["previous_case_id"], e["matched_by"]) for e in comp["newly_passing"]] == [
+        ("c-1", "c-1", "case_id"),
+        ("c-4-renamed", "c-4", "scenario_uri"),
+    ]
+    assert comp["counts"] == {
+        "matched": 4,
+        "by_case_id": 3,
+        "by_scenario_uri": 1,
+        "new": 0,
+        "still_failing": 1,
+        "dropped": 1,
+        "newly_failing": 1,
+        "newly_passing": 2,
+    }
+    page = read(uris["html"])
+    for needle in ("sim-49", "9" * 64, "sim-50", "5" * 64, "Newly failing (1)", "s3://scn/2.json"):
+        assert needle in page, needle
+
+
+def test_no_previous_week_says_why(layout: RunLayout) -> None:
+    uris = write_report(layout, build())
+    comp = json.loads(read(uris["json"]))["comparison"]
+    assert comp["available"] is False and "no weekly run recorded for 2026-W49" in comp["message"]
+    assert "No comparison: no weekly run recorded for 2026-W49" in read(uris["html"])
+
+
+def test_previous_iso_week_across_years() -> None:
+    assert previous_iso_week("2026-W50") == "2026-W49"
+    assert previous_iso_week("2026-W01") == "2025-W52"
+    assert previous_iso_week("2021-W01") == "2020-W53"
+    assert previous_iso_week("not a week") is None
+
+
+def test_csv_round_trip_keeps_every_column() -> None:
+    rows = build()["cases"]
+    back = from_csv(to_csv(rows))
+    assert [r["case_id"] for r in back] == [r["case_id"] for r in rows]
+    assert compare_cases(rows, back)["counts"]["newly_failing"] == 0
+
+
+def test_avsim_report_regenerates_every_file(layout: RunLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    from avsim.cli import app
+    from avsim.ledger.store import Ledger
+
+    write(layout.head_uri, json.dumps(HEAD))
+    write(layout.digest_uri, "5" * 64 + "\n")
+    Ledger(layout).write_shard_summary(0, SUMMARY)
+    with_previous_week(layout)
+    done = CliRunner().invoke(app, ["report", layout.run_key, "--artifact-root", layout.root])
+    assert done.exit_code == 0, done.output
+    folder = Path(layout.report_dir.removeprefix("file://"))
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "cases.csv",
+        "durations.svg",
+        "failures.svg",
+        "progress.svg",
+        "report.html",
+        "report.json",
+    ]
+    doc = json.loads((folder / "report.json").read_text())
+    assert doc["manifest_sha256"] == "5" * 64 and doc["comparison"]["counts"]["newly_passing"] == 2
