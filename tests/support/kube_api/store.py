@@ -86,7 +86,7 @@ class Watcher:
 class Store:
     def __init__(self, history_size: int = 10_000):
         self.lock = threading.RLock()
-        self._rv = 0
+        self._rv = 1  # "0" means "any version" to clients: never hand it out
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
         self._history: deque[Change] = deque()
         self._history_size = history_size
