@@ -49,7 +49,7 @@ class ResourceAPI:
         self.kubelet = kubelet
 
     # -- list -----------------------------------------------------------------------------------
-    def list(self, res: ResourceInfo, namespace: str | None, query: Mapping[str, str]) -> ListPage:
+    def list_page(self, res: ResourceInfo, namespace: str | None, query: Mapping[str, str]) -> ListPage:
         labels = parse_label_selector(query.get("labelSelector"))
         fields = parse_field_selector(res.name, query.get("fieldSelector"))
         rv = int_param(query, "resourceVersion")
@@ -58,7 +58,7 @@ class ResourceAPI:
             self._wait_for_rv(rv)
             if match == "Exact" and rv != self.store.resource_version:
                 raise ApiError.gone(rv, self.store.resource_version)
-        items, current = self.store.list(res.name, namespace, labels, fields)
+        items, current = self.store.select(res.name, namespace, labels, fields)
         start = 0
         if query.get("continue"):
             try:
@@ -232,7 +232,7 @@ class ResourceAPI:
     def delete_collection(
         self, res: ResourceInfo, namespace: str | None, query: Mapping[str, str], body: Any
     ) -> list[Obj]:
-        page = self.list(
+        page = self.list_page(
             res, namespace, {k: v for k, v in query.items() if k in ("labelSelector", "fieldSelector")}
         )
         deleted = []

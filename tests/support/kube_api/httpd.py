@@ -142,7 +142,7 @@ class KubeRequestHandler(BaseHTTPRequestHandler):
     # -- dispatch --------------------------------------------------------------------------------
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            parts = []
+            parts: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if size == 0:
@@ -267,7 +267,7 @@ class KubeRequestHandler(BaseHTTPRequestHandler):
                 if watching:
                     self._watch(res, ns, query)
                 else:
-                    page = verbs.list(res, ns, query)
+                    page = verbs.list_page(res, ns, query)
                     meta: dict[str, Any] = {"resourceVersion": str(page.resource_version)}
                     if page.continue_token:
                         meta |= {"continue": page.continue_token, "remainingItemCount": page.remaining}

@@ -14,6 +14,7 @@ resource limits (``oom`` is a scripted fault, not a measurement).
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
@@ -150,7 +151,7 @@ class Kubelet:
             with self._lock:
                 timeout = max(0.0, min(0.5, self._timers[0][0] - time.monotonic())) if self._timers else 0.5
             for key, _mask in self._sel.select(timeout):
-                self._guard(lambda key=key: key.data(key))
+                self._guard(functools.partial(key.data, key))
             now = time.monotonic()
             while True:
                 with self._lock:
@@ -191,6 +192,7 @@ class Kubelet:
                     rt.proc.wait(timeout=5)
             self._close_fds(rt)
             rt.log.finish()
+        _wait_groups_dead({rt.proc.pid for rt in runtimes if rt.proc is not None})
         self._sel.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
@@ -609,7 +611,7 @@ class Kubelet:
             if p.get("via", "kubelet") == "api":
                 self._disrupt(rt, "EvictionByEvictionAPI", EVICTION_API_MESSAGE)
                 grace = p.get("grace_seconds", rt.spec.get("terminationGracePeriodSeconds", 30))
-                self._delete_via_api(rt, int(grace))
+                self._delete_via_api(rt, int(grace or 0))
                 return
             message = p.get("message") or EVICTED_MESSAGE.format(container=cname)
             self._disrupt(rt, "TerminationByKubelet", message)
@@ -761,3 +763,34 @@ class Kubelet:
             "reportingInstance": self.node_name if component == "kubelet" else "",
         }
         self.store.create(EVENTS, rt.namespace, event)
+
+
+def _live_group_members(pgids: set[int]) -> list[int]:
+    """Pids in those process groups that are not yet dead (zombies count as dead)."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) in pgids:
+            members.append(int(entry.name))
+    return members
+
+
+def _wait_groups_dead(pgids: set[int], timeout: float = 5.0) -> None:
+    """SIGKILL is asynchronous: wait until every process of the groups is gone, re-killing stragglers."""
+    if not pgids or not os.path.isdir("/proc"):
+        return
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        left = _live_group_members(pgids)
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)

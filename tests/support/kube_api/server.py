@@ -328,7 +328,7 @@ class FakeKubeAPI:
     # -- assertions helpers -----------------------------------------------------------------------
     def pods(self, namespace: str | None = None) -> list[Obj]:
         """A deep-copied snapshot of the pods (all namespaces by default)."""
-        items, _ = self.store.list("pods", namespace)
+        items, _ = self.store.select("pods", namespace)
         return copy.deepcopy(items)
 
     def pod(self, name: str, namespace: str = "default") -> Obj | None:
@@ -336,11 +336,11 @@ class FakeKubeAPI:
         return copy.deepcopy(obj) if obj is not None else None
 
     def leases(self, namespace: str | None = None) -> list[Obj]:
-        items, _ = self.store.list("leases", namespace)
+        items, _ = self.store.select("leases", namespace)
         return copy.deepcopy(items)
 
     def events_for(self, name: str, namespace: str = "default") -> list[Obj]:
-        items, _ = self.store.list("events", namespace)
+        items, _ = self.store.select("events", namespace)
         return [copy.deepcopy(e) for e in items if e["involvedObject"]["name"] == name]
 
     def process_of(self, name: str, namespace: str = "default") -> int | None:

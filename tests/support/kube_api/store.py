@@ -107,7 +107,7 @@ class Store:
             raise ApiError.not_found(res, name)
         return obj
 
-    def list(
+    def select(
         self,
         resource: str,
         namespace: str | None,
@@ -253,7 +253,7 @@ class Store:
         with self.lock:
             watcher.progress_rv = self._rv
             if not since:
-                items, _ = self.list(resource, namespace, labels, fields)
+                items, _ = self.select(resource, namespace, labels, fields)
                 for obj in items:
                     watcher.queue.put(encode_event("ADDED", obj))
             else:
