@@ -209,6 +209,74 @@ def report(
     typer.echo(json.dumps(uris, indent=2))
 
 
+@app.command("plan")
+def plan(
+    manifest: str = typer.Argument(..., help="Path or URI of the manifest."),
+    gpus: int = typer.Option(..., "--gpus", min=0, help="Spot GPU slots (the GPU spot pool)."),
+    cpus: int = typer.Option(..., "--cpus", min=0, help="CPU slots (the CPU pool; one per CPU phase)."),
+    on_demand_gpus: int = typer.Option(0, "--on-demand-gpus", min=0, help="On-demand GPU slots."),
+    deadline: str = typer.Option(
+        None, help="Deadline, ISO with zone (default: the manifest's run.deadline)."
+    ),
+    deadline_hours: float = typer.Option(None, "--deadline-hours", help="Deadline in hours after the start."),
+    start: str = typer.Option(None, help="The run's start, ISO (default: Monday 06:00 UTC of its week)."),
+    preemption_rate: float = typer.Option(0.0, min=0, help="Spot preemptions per GPU-hour (0.05: 5 %/hour)."),
+    checkpoint_seconds: float = typer.Option(300.0, min=1, help="Work between checkpoints of a phase."),
+    failure_rate: float = typer.Option(
+        0.0, min=0, max=0.99, help="Share of attempts failing (infrastructure)."
+    ),
+    duration_spread: float = typer.Option(0.0, min=0, max=0.99, help="Durations vary by up to ± this share."),
+    shard_size: int = typer.Option(None, "--shard-size", min=1, help="S (default: [avsim] shard_size)."),
+    max_active_shards: int = typer.Option(
+        None, "--max-active-shards", min=1, help="W (default: [avsim] max_active_shards)."
+    ),
+    shard_logical_dates: bool = typer.Option(
+        False, help="Shard runs carry increasing logical dates (Airflow orders equal weights by them)."
+    ),
+    max_active_tasks_per_shard: int = typer.Option(None, min=1, help="The shard DAG's max_active_tasks."),
+    seed: int = typer.Option(0, help="Seed of preemptions, failures and durations."),
+    search: bool = typer.Option(True, help="Search the smallest GPU count that meets the deadline."),
+    plot: Path = typer.Option(None, help="Write a PNG of progress over time per strategy here."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
+) -> None:
+    """Simulate the week on given capacity: makespan, lower bound, GPU-hours, GPUs for the deadline."""
+    from avsim.planner.command import run_plan
+    from avsim.planner.options import Capacity, SimOptions
+
+    try:
+        if shard_size is None or max_active_shards is None:
+            from avsim.settings import load_settings
+
+            configured = load_settings()
+            shard_size = shard_size or configured.shard_size
+            max_active_shards = max_active_shards or configured.max_active_shards
+        output = run_plan(
+            manifest,
+            Capacity(gpus=gpus, cpus=cpus, on_demand_gpus=on_demand_gpus),
+            SimOptions(
+                shard_size=shard_size,
+                max_active_shards=max_active_shards,
+                preemption_rate=preemption_rate,
+                checkpoint_seconds=checkpoint_seconds,
+                failure_rate=failure_rate,
+                duration_spread=duration_spread,
+                shard_logical_dates=shard_logical_dates,
+                max_active_tasks_per_shard=max_active_tasks_per_shard,
+                seed=seed,
+            ),
+            deadline=deadline,
+            deadline_hours=deadline_hours,
+            start=start,
+            search=search,
+            plot=plot,
+            as_json=as_json,
+        )
+    except AvsimError as exc:
+        _fail(exc)
+        return
+    typer.echo(output.text)
+
+
 def main() -> None:
     try:
         app()

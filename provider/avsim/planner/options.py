@@ -1,0 +1,125 @@
+"""The planner's inputs besides the workload: capacity, the run's shape, failure models; checked once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from avsim.errors import AvsimError
+
+#: The orderings the planner compares. ``critical_path``: avsim's rule (:mod:`avsim.priority`);
+#: ``downstream``: Airflow's default ``weight_rule`` (1 + tasks downstream); ``fifo``: the order
+#: phases became ready in.
+STRATEGIES = ("critical_path", "downstream", "fifo")
+
+_MASK = (1 << 64) - 1
+
+
+class PlannerError(AvsimError):
+    """The planner cannot simulate what it was given (capacity a phase could never get, bad options)."""
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Slots of the three pools: GPU phases run on spot GPUs (``pool_slots`` = their GPUs) and
+    move to on-demand GPUs after ``on_demand_after_preemptions``; a CPU phase takes one CPU slot."""
+
+    gpus: int
+    cpus: int
+    on_demand_gpus: int = 0
+
+    def __post_init__(self) -> None:
+        for label, value in (
+            ("gpus", self.gpus),
+            ("cpus", self.cpus),
+            ("on_demand_gpus", self.on_demand_gpus),
+        ):
+            if value < 0:
+                raise PlannerError(f"capacity: {label} = {value}; use 0 or more")
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus + self.on_demand_gpus
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """How the run is shaped and what goes wrong in it. Defaults: the ``[avsim]`` defaults, no failures."""
+
+    strategy: str = "critical_path"
+    #: S: most cases per shard run; W: most shard runs active (the next starts when one ends).
+    shard_size: int = 250
+    max_active_shards: int = 4
+    #: Spot preemptions per GPU-hour on the spot pool (Poisson), e.g. 0.05 for 5 %/hour.
+    preemption_rate: float = 0.0
+    #: Work between two checkpoints of a checkpointing phase; a preempted or crashed attempt of such
+    #: a phase resumes from its last checkpoint, any other attempt starts over.
+    checkpoint_seconds: float = 300.0
+    #: Probability that an attempt fails for an infrastructure reason (retried within its budget).
+    failure_rate: float = 0.0
+    #: Each phase's duration is its estimate times a factor drawn uniformly in [1 - spread, 1 + spread].
+    duration_spread: float = 0.0
+    #: From a window slot freeing to the next shard run's first phases being ready (trigger poll,
+    #: ``load_shard``, expansion).
+    shard_start_seconds: float = 0.0
+    #: Shard runs created with increasing logical dates: Airflow then orders equal weights by shard
+    #: (oldest first) before map index. ``False`` is what shard runs triggered without a logical
+    #: date get: equal weights are ordered by map index across all active shard runs.
+    shard_logical_dates: bool = False
+    #: The shard DAG's ``max_active_tasks`` (per DAG run); ``None``: no limit.
+    max_active_tasks_per_shard: int | None = None
+    #: Seed of every random draw (preemptions, failures, durations): same seed, same run.
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.strategy not in STRATEGIES:
+            problems.append(f"strategy {self.strategy!r}: use one of {', '.join(STRATEGIES)}")
+        if self.shard_size < 1:
+            problems.append(f"shard_size = {self.shard_size}: use 1 or more")
+        if self.max_active_shards < 1:
+            problems.append(f"max_active_shards = {self.max_active_shards}: use 1 or more")
+        if not 0 <= self.preemption_rate <= 10_000:
+            problems.append(
+                f"preemption_rate = {self.preemption_rate}: use a rate per GPU-hour in [0, 10000]"
+            )
+        if self.checkpoint_seconds <= 0:
+            problems.append(f"checkpoint_seconds = {self.checkpoint_seconds}: use a positive interval")
+        if not 0 <= self.failure_rate < 1:
+            problems.append(f"failure_rate = {self.failure_rate}: use a probability in [0, 1)")
+        if not 0 <= self.duration_spread < 1:
+            problems.append(f"duration_spread = {self.duration_spread}: use a value in [0, 1)")
+        if self.shard_start_seconds < 0:
+            problems.append(f"shard_start_seconds = {self.shard_start_seconds}: use 0 or more")
+        if self.max_active_tasks_per_shard is not None and self.max_active_tasks_per_shard < 1:
+            problems.append(f"max_active_tasks_per_shard = {self.max_active_tasks_per_shard}: use 1 or more")
+        if problems:
+            raise PlannerError("planner options rejected: " + "; ".join(problems))
+
+
+def _mix(x: int) -> int:
+    """One splitmix64 step: advance by the golden-ratio increment, then finalize."""
+    z = (x + 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def unit(seed: int, a: int, b: int, salt: int) -> float:
+    """A uniform draw in [0, 1) fixed by its arguments (splitmix64, each argument mixed in turn).
+
+    Keyed by task and attempt rather than drawn from one stream, so two simulations of the same
+    workload face the same preemptions and failures whatever their strategy or capacity."""
+    x = _mix(_mix(_mix(_mix(seed & _MASK) ^ salt) ^ (a & _MASK)) ^ (b & _MASK))
+    return (x >> 11) / float(1 << 53)
+
+
+#: Salts of the draws, one per purpose.
+SALT_DURATION, SALT_PREEMPT, SALT_FAIL, SALT_FAIL_AT = 1, 2, 3, 4
+
+
+def phase_duration(seconds: float, task: int, options: SimOptions) -> float:
+    """The duration the simulation uses for task number ``task`` (its estimate, spread if asked)."""
+    if not options.duration_spread:
+        return seconds
+    u = unit(options.seed, task, 0, SALT_DURATION)
+    return seconds * (1.0 + options.duration_spread * (2.0 * u - 1.0))

@@ -1,0 +1,459 @@
+"""A discrete-event simulation of one run on given capacity, in the shape of the real run.
+
+What it models, as the scheduler and the DAGs do:
+
+- **shard runs**: cases cut into shards of ``shard_size`` in case order; at most
+  ``max_active_shards`` active; a shard run ends when its last case ends and the next one starts
+  then (after ``shard_start_seconds``); the run-level phases start when the last shard ends;
+- **pools**: spot GPUs, on-demand GPUs, CPUs. A GPU phase takes ``gpus`` slots, a CPU phase one;
+- **Airflow's order**: ready work is taken by ``-priority_weight``, then logical date (only when
+  shard runs have logical dates), then ``map_index`` (a case's position in its family group);
+  a task whose slots do not fit its pool's open slots waits and smaller ones behind it may pass;
+  with ``max_active_tasks_per_shard`` a shard run's tasks beyond the limit wait too;
+- **failures**: spot preemptions (Poisson per GPU-hour), lost work back to the last checkpoint,
+  retry after the phase's preemption delay, on-demand after ``on_demand_after_preemptions``;
+  infrastructure failures retried with the phase's backoff; a phase out of budget fails and its
+  downstream phases never run (its case still ends, as failed).
+
+One event heap; no time steps. Every random draw is keyed by (seed, task, attempt), see
+:func:`avsim.planner.options.unit`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from avsim.planner.options import (
+    SALT_FAIL,
+    SALT_FAIL_AT,
+    SALT_PREEMPT,
+    Capacity,
+    PlannerError,
+    SimOptions,
+    phase_duration,
+    unit,
+)
+from avsim.planner.workload import PhaseWork, Workload
+
+SPOT, ON_DEMAND, CPU = 0, 1, 2
+POOL_NAMES = ("GPU spot", "GPU on-demand", "CPU")
+# Event kinds; at equal times, completions are handled before retries become ready.
+_END, _PREEMPT, _FAIL, _READY, _SHARD = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class SimResult:
+    strategy: str
+    capacity: Capacity
+    options: SimOptions
+    #: False when the simulation stopped at ``stop_after`` (the run would end later).
+    complete: bool
+    #: Seconds from the run's start to its end (the last run-level phase); ``inf`` if not complete.
+    makespan_seconds: float
+    cases: int
+    cases_failed: int
+    #: When each case ended, ascending (seconds from the start).
+    case_end_seconds: tuple[float, ...]
+    #: GPU-seconds held by attempts (lost work included), all GPU pools; and the on-demand part.
+    gpu_busy_seconds: float
+    on_demand_gpu_seconds: float
+    cpu_busy_seconds: float
+    #: GPU-seconds of work preemptions and failures threw away.
+    lost_gpu_seconds: float
+    attempts: int
+    preemptions: int
+    infra_failures: int
+    on_demand_attempts: int
+    #: (time, GPUs in use) at every change.
+    gpus_in_use: tuple[tuple[float, int], ...]
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpu_busy_seconds / 3600.0
+
+    @property
+    def gpu_utilisation(self) -> float:
+        """GPU-seconds held over GPU-seconds available (both GPU pools) until the run's end."""
+        total = self.capacity.total_gpus * self.makespan_seconds
+        return self.gpu_busy_seconds / total if total and math.isfinite(total) else 0.0
+
+    @property
+    def cpu_utilisation(self) -> float:
+        total = self.capacity.cpus * self.makespan_seconds
+        return self.cpu_busy_seconds / total if total and math.isfinite(total) else 0.0
+
+    @property
+    def first_case_seconds(self) -> float | None:
+        return self.case_end_seconds[0] if self.case_end_seconds else None
+
+
+def check_capacity(workload: Workload, capacity: Capacity, options: SimOptions) -> None:
+    """Refuse capacity some phase could never get (Airflow would leave it waiting forever)."""
+    phases = [p for c in workload.cases for p in c.phases] + list(workload.run_phases)
+    gpu = [p for p in phases if p.is_gpu]
+    widest = max((p.gpus for p in gpu), default=0)
+    if widest > capacity.gpus:
+        raise PlannerError(
+            f"a GPU phase takes {widest} GPUs but the spot GPU pool has {capacity.gpus} slots: it would "
+            "wait forever; raise --gpus"
+        )
+    if any(not p.is_gpu for p in phases) and capacity.cpus < 1:
+        raise PlannerError("the CPU pool has no slots and some phases run on CPU; raise --cpus")
+    if options.preemption_rate > 0:
+        falls_back = [p.gpus for p in gpu if p.retry.preemption >= p.retry.on_demand_after_preemptions]
+        if falls_back and max(falls_back) > capacity.on_demand_gpus:
+            raise PlannerError(
+                f"with preemption, GPU phases move to the on-demand pool after a few preemptions, and "
+                f"one takes {max(falls_back)} GPUs but that pool has {capacity.on_demand_gpus}: it would "
+                "wait forever; raise --on-demand-gpus"
+            )
+
+
+def simulate(
+    workload: Workload,
+    capacity: Capacity,
+    options: SimOptions | None = None,
+    *,
+    stop_after: float | None = None,
+) -> SimResult:
+    """Simulate the run; ``stop_after``: give up (``complete=False``) once past that many seconds."""
+    options = options or SimOptions()
+    check_capacity(workload, capacity, options)
+    return _Simulation(workload, capacity, options).run(stop_after)
+
+
+class _Simulation:
+    """The flattened run: one entry per task in parallel lists, indexed by task number."""
+
+    def __init__(self, workload: Workload, capacity: Capacity, options: SimOptions) -> None:
+        from avsim.priority import phase_priority
+
+        self.capacity = capacity
+        self.options = options
+        cases = workload.cases
+        keys = sorted(
+            {c.shard if c.shard is not None else i // options.shard_size for i, c in enumerate(cases)}
+        )
+        renumber = {k: n for n, k in enumerate(keys)}
+        self.n_shards = len(keys)
+        self.run_shard = self.n_shards  # the run-level phases: a shard of their own, after all others
+        self.shard_cases: list[list[int]] = [[] for _ in range(self.n_shards + 1)]
+        self.case_shard: list[int] = []
+        self.case_left: list[int] = []
+        self.case_failed: list[bool] = []
+        self.case_roots: list[list[int]] = []
+        self.task_case: list[int] = []
+        self.duration: list[float] = []
+        self.gpus: list[int] = []
+        self.slots: list[int] = []
+        self.checkpoint: list[bool] = []
+        self.phase: list[PhaseWork] = []
+        self.down: list[list[int]] = []
+        self.n_up: list[int] = []
+        self.prefix: list[tuple[int, ...]] = []
+        weight_cache: dict[int, int] = {}
+        strategy = options.strategy
+        map_counter: dict[tuple[int, str], int] = {}
+
+        def weight(p: PhaseWork) -> int:
+            w = weight_cache.get(id(p))
+            if w is None:
+                if strategy == "critical_path":
+                    w = phase_priority(workload.run_class, p.path_seconds)
+                else:  # downstream: Airflow's default rule, every task's own weight being 1
+                    w = 1 + p.downstream_tasks
+                weight_cache[id(p)] = w
+            return w
+
+        # One template per distinct phase graph (cases of a family share theirs): relative edges,
+        # slots and weights computed once, then laid out at each case's first task number.
+        templates: dict[int, tuple[list[list[int]], list[int], list[int], list[int], list[int]]] = {}
+
+        def template(
+            phases: tuple[PhaseWork, ...],
+        ) -> tuple[list[list[int]], list[int], list[int], list[int], list[int]]:
+            found = templates.get(id(phases))
+            if found is None:
+                at = {p.name: i for i, p in enumerate(phases)}
+                ups = [[at[u] for u in p.upstream if u in at] for p in phases]
+                down: list[list[int]] = [[] for _ in phases]
+                for i, us in enumerate(ups):
+                    for u in us:
+                        down[u].append(i)
+                weights = [0 if strategy == "fifo" else -weight(p) for p in phases]
+                roots = [i for i, us in enumerate(ups) if not us]
+                found = templates[id(phases)] = (
+                    down,
+                    [len(us) for us in ups],
+                    roots,
+                    weights,
+                    [p.gpus for p in phases],
+                )
+            return found
+
+        def add_case(phases: tuple[PhaseWork, ...], shard: int, map_index: int) -> None:
+            c = len(self.case_shard)
+            first = len(self.duration)
+            down, n_up, roots, weights, gpus = template(phases)
+            self.case_shard.append(shard)
+            self.shard_cases[shard].append(c)
+            self.case_left.append(len(phases))
+            self.case_failed.append(False)
+            self.case_roots.append([first + r for r in roots])
+            self.task_case.extend([c] * len(phases))
+            self.duration.extend(phase_duration(p.seconds, first + i, options) for i, p in enumerate(phases))
+            self.gpus.extend(gpus)
+            self.slots.extend(g if g else 1 for g in gpus)
+            self.checkpoint.extend(p.checkpoint for p in phases)
+            self.phase.extend(phases)
+            self.down.extend([first + d for d in ds] for ds in down)
+            self.n_up.extend(n_up)
+            if strategy == "fifo":
+                self.prefix.extend(() for _ in phases)
+            elif shard == self.run_shard:
+                self.prefix.extend(((0, shard, 0) if options.shard_logical_dates else (0, 0)) for _ in phases)
+            elif options.shard_logical_dates:
+                self.prefix.extend((w, shard, map_index) for w in weights)
+            else:
+                self.prefix.extend((w, map_index) for w in weights)
+
+        for i, case in enumerate(cases):
+            shard = renumber[case.shard if case.shard is not None else i // options.shard_size]
+            slot = (shard, case.family)
+            index = map_counter.get(slot, 0)
+            map_counter[slot] = index + 1
+            add_case(case.phases, shard, index)
+        self.n_cases = len(cases)
+        if workload.run_phases:
+            add_case(workload.run_phases, self.run_shard, 0)
+        n = len(self.duration)
+        self.progress = [0.0] * n  # work saved by checkpoints
+        self.started = [0.0] * n
+        self.pool = [0] * n
+        self.tries = [0] * n
+        self.preempted = [0] * n
+        self.failed = [0] * n
+        self.dead = [False] * n
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def run(self, stop_after: float | None) -> SimResult:
+        o = self.options
+        self.events: list[tuple[float, int, int, int]] = []
+        self.seq = 0
+        self.free = [self.capacity.gpus, self.capacity.on_demand_gpus, self.capacity.cpus]
+        self.queues: dict[int, list[list[Any]]] = {}
+        self.running = [0] * (self.n_shards + 1)
+        self.shard_left = [len(cs) for cs in self.shard_cases]
+        self.next_shard = min(o.max_active_shards, self.n_shards)
+        self.shards_done = 0
+        self.end_time = 0.0
+        self.case_ends: list[float] = []
+        self.stats = {
+            "gpu": 0.0,
+            "od": 0.0,
+            "cpu": 0.0,
+            "lost": 0.0,
+            "att": 0,
+            "pre": 0,
+            "fail": 0,
+            "odatt": 0,
+        }
+        in_use: list[tuple[float, int]] = [(0.0, 0)]
+        for s in range(self.next_shard):
+            self._push(o.shard_start_seconds, _SHARD, s)
+        if self.n_shards == 0 and self.shard_cases[self.run_shard]:
+            self._push(0.0, _SHARD, self.run_shard)
+        events = self.events
+        total_gpus = self.capacity.gpus + self.capacity.on_demand_gpus
+        while events:
+            now = events[0][0]
+            if stop_after is not None and now > stop_after:
+                return self._result(False, in_use)
+            while events and events[0][0] == now:
+                _, _, kind, a = heapq.heappop(events)
+                if kind == _READY:
+                    self._ready(a)
+                elif kind == _SHARD:
+                    self._start_shard(a)
+                else:
+                    self._attempt_over(a, kind, now)
+            self._dispatch(now)
+            used = total_gpus - self.free[SPOT] - self.free[ON_DEMAND]
+            if used != in_use[-1][1]:
+                in_use.append((now, used))
+        if self.shards_done < self.n_shards or any(self.case_left):
+            raise PlannerError("the simulation stalled with work left (a phase could never get its slots)")
+        return self._result(True, in_use)
+
+    def _push(self, at: float, kind: int, a: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (at, self.seq, kind, a))
+
+    def _start_shard(self, s: int) -> None:
+        self.queues[s] = [[], [], []]
+        for c in self.shard_cases[s]:
+            for t in self.case_roots[c]:
+                self._ready(t)
+
+    def _ready(self, t: int) -> None:
+        if self.gpus[t]:
+            pool = ON_DEMAND if self.preempted[t] >= self.phase[t].retry.on_demand_after_preemptions else SPOT
+        else:
+            pool = CPU
+        self.pool[t] = pool
+        self.seq += 1
+        heapq.heappush(self.queues[self.case_shard[self.task_case[t]]][pool], (*self.prefix[t], self.seq, t))
+
+    def _dispatch(self, now: float) -> None:
+        free, running, slots = self.free, self.running, self.slots
+        cap = self.options.max_active_tasks_per_shard
+        heads = [(s, p, h) for s, hs in self.queues.items() for p, h in enumerate(hs)]
+        aside: list[tuple[list[Any], Any]] = []
+        while True:
+            best = None
+            best_key = None
+            for s, p, h in heads:
+                if not h or free[p] <= 0:
+                    continue
+                if cap is not None and running[s] >= cap and s != self.run_shard:
+                    continue
+                if best_key is None or h[0] < best_key:
+                    best, best_key = (s, p, h), h[0]
+            if best is None:
+                break
+            s, p, h = best
+            item = heapq.heappop(h)
+            t = item[-1]
+            if slots[t] > free[p]:
+                aside.append((h, item))  # does not fit now; smaller tasks behind it may
+                continue
+            self._start(t, p, s, now)
+        for h, item in aside:
+            heapq.heappush(h, item)
+
+    def _start(self, t: int, pool: int, shard: int, now: float) -> None:
+        o = self.options
+        self.free[pool] -= self.slots[t]
+        self.running[shard] += 1
+        self.started[t] = now
+        attempt = self.tries[t]
+        self.tries[t] += 1
+        self.stats["att"] += 1
+        if pool == ON_DEMAND:
+            self.stats["odatt"] += 1
+        work = self.duration[t] - self.progress[t]
+        end, kind = now + work, _END
+        if pool == SPOT and o.preemption_rate > 0:
+            u = unit(o.seed, t, attempt, SALT_PREEMPT)
+            after = -math.log1p(-u) * 3600.0 / (o.preemption_rate * self.gpus[t])
+            if after < work:
+                end, kind = now + after, _PREEMPT
+        if o.failure_rate > 0 and unit(o.seed, t, attempt, SALT_FAIL) < o.failure_rate:
+            at = now + work * unit(o.seed, t, attempt, SALT_FAIL_AT)
+            if at < end:
+                end, kind = at, _FAIL
+        self._push(end, kind, t)
+
+    def _attempt_over(self, t: int, kind: int, now: float) -> None:
+        pool = self.pool[t]
+        self.free[pool] += self.slots[t]
+        shard = self.case_shard[self.task_case[t]]
+        self.running[shard] -= 1
+        elapsed = now - self.started[t]
+        if pool == CPU:
+            self.stats["cpu"] += elapsed
+        else:
+            self.stats["gpu"] += elapsed * self.gpus[t]
+            if pool == ON_DEMAND:
+                self.stats["od"] += elapsed * self.gpus[t]
+        if kind == _END:
+            self._finish(t, True, now)
+            return
+        # Preempted or crashed: keep what the last checkpoint saved, lose the rest.
+        done = self.progress[t] + elapsed
+        saved = 0.0
+        if self.checkpoint[t]:
+            step = self.options.checkpoint_seconds
+            saved = math.floor(done / step) * step
+        if self.gpus[t]:
+            self.stats["lost"] += (done - saved) * self.gpus[t]
+        self.progress[t] = saved
+        retry = self.phase[t].retry
+        if kind == _PREEMPT:
+            self.stats["pre"] += 1
+            self.preempted[t] += 1
+            if self.preempted[t] > retry.preemption:
+                self._finish(t, False, now)
+            else:
+                self._push(now + retry.delay_for("preempted", self.preempted[t]), _READY, t)
+        else:
+            self.stats["fail"] += 1
+            self.failed[t] += 1
+            if self.failed[t] > retry.infrastructure:
+                self._finish(t, False, now)
+            else:
+                self._push(now + retry.delay_for("infrastructure", self.failed[t]), _READY, t)
+
+    def _finish(self, t: int, ok: bool, now: float) -> None:
+        c = self.task_case[t]
+        ended = 1
+        if ok:
+            for d in self.down[t]:
+                self.n_up[d] -= 1
+                if self.n_up[d] == 0 and not self.dead[d]:
+                    self._ready(d)
+        else:  # out of budget: every phase downstream of it is upstream_failed
+            self.case_failed[c] = True
+            stack = list(self.down[t])
+            while stack:
+                d = stack.pop()
+                if not self.dead[d]:
+                    self.dead[d] = True
+                    ended += 1
+                    stack.extend(self.down[d])
+        self.case_left[c] -= ended
+        if self.case_left[c] == 0:
+            shard = self.case_shard[c]
+            if shard != self.run_shard:
+                self.case_ends.append(now)
+            self.shard_left[shard] -= 1
+            if self.shard_left[shard] == 0:
+                self._shard_over(shard, now)
+
+    def _shard_over(self, s: int, now: float) -> None:
+        del self.queues[s]
+        self.end_time = now
+        if s == self.run_shard:
+            return
+        self.shards_done += 1
+        if self.next_shard < self.n_shards:
+            self._push(now + self.options.shard_start_seconds, _SHARD, self.next_shard)
+            self.next_shard += 1
+        elif self.shards_done == self.n_shards and self.shard_cases[self.run_shard]:
+            self._start_shard(self.run_shard)
+
+    def _result(self, complete: bool, in_use: list[tuple[float, int]]) -> SimResult:
+        st = self.stats
+        return SimResult(
+            strategy=self.options.strategy,
+            capacity=self.capacity,
+            options=self.options,
+            complete=complete,
+            makespan_seconds=self.end_time if complete else math.inf,
+            cases=self.n_cases,
+            cases_failed=sum(1 for c in range(self.n_cases) if self.case_failed[c]),
+            case_end_seconds=tuple(self.case_ends),
+            gpu_busy_seconds=float(st["gpu"]),
+            on_demand_gpu_seconds=float(st["od"]),
+            cpu_busy_seconds=float(st["cpu"]),
+            lost_gpu_seconds=float(st["lost"]),
+            attempts=int(st["att"]),
+            preemptions=int(st["pre"]),
+            infra_failures=int(st["fail"]),
+            on_demand_attempts=int(st["odatt"]),
+            gpus_in_use=tuple(in_use),
+        )
