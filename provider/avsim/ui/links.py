@@ -1,0 +1,65 @@
+"""Extra links of a phase task instance: its case's page and its artifacts, in the avsim app.
+
+Airflow 3 evaluates ``get_link`` in the worker when the task instance ends (whatever its state)
+and stores the URL as an XCom (``_link_<class name>``); the UI reads that XCom. So a link is
+computed from the operator as it ran: its rendered ``run`` (``run_key``) and ``case``
+(``case_id``) and its ``phase``. No other XCom is needed.
+
+The URL is a path on the API server that serves the UI (under ``[api] base_url``'s path, if any),
+so it opens in the same deployment whatever its host name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+from airflow.sdk import BaseOperatorLink
+
+from avsim.ui import urls
+
+
+def _base_path() -> str:
+    try:
+        from airflow.sdk.configuration import conf
+
+        return urlparse(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
+    except Exception:  # no config in this process: links relative to the origin
+        return ""
+
+
+def _identity(operator: Any) -> tuple[str, str, str] | None:
+    run = getattr(operator, "run", None)
+    case = getattr(operator, "case", None)
+    phase = getattr(operator, "phase", None)
+    if not (isinstance(run, Mapping) and isinstance(case, Mapping) and phase):
+        return None
+    key, case_id = run.get("run_key"), case.get("case_id")
+    if not key or case_id is None:
+        return None
+    return str(key), str(case_id), str(phase)
+
+
+class AvsimCaseLink(BaseOperatorLink):
+    """The case's page: its phases, attempts, outcomes and artifacts."""
+
+    name = "avsim case"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        found = _identity(operator)
+        return urls.case_page(found[0], found[1], _base_path()) if found else ""
+
+
+class AvsimArtifactsLink(BaseOperatorLink):
+    """The artifacts of every attempt of this phase of this case."""
+
+    name = "avsim artifacts"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        found = _identity(operator)
+        return urls.phase_artifacts(*found, base=_base_path()) if found else ""
+
+
+#: What a phase operator declares: ``operator_extra_links = PHASE_LINKS``.
+PHASE_LINKS = (AvsimCaseLink(), AvsimArtifactsLink())

@@ -1,0 +1,120 @@
+"""The small documents a weekly run keeps in the artifact store, read for the page, defensively.
+
+Each reader returns a JSON-ready dict with ``available``: False (and why) when the document does
+not exist (yet) or cannot be read, so the page shows "not available" instead of failing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from avsim.artifacts import RunLayout, breaker_uri
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def read_doc(uri: str) -> dict[str, Any] | None:
+    """A JSON object from the artifact store, or None when absent or not a JSON object."""
+    from avsim.storage import path
+
+    try:
+        doc = json.loads(path(uri).read_text())
+    except (FileNotFoundError, ValueError, OSError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _missing(what: str, uri: str) -> dict[str, Any]:
+    return {"available": False, "message": f"no {what} yet ({uri})"}
+
+
+def head(layout: RunLayout) -> dict[str, Any]:
+    """The run's manifest head: run (name, week, deadline), build, case count."""
+    doc = read_doc(layout.head_uri)
+    if doc is None:
+        return _missing("manifest snapshot", layout.head_uri)
+    run = doc.get("run") if isinstance(doc.get("run"), Mapping) else {}
+    assert isinstance(run, Mapping)
+    build = run.get("build") if isinstance(run.get("build"), Mapping) else {}
+    assert isinstance(build, Mapping)
+    return {
+        "available": True,
+        "name": run.get("name"),
+        "iso_week": run.get("iso_week"),
+        "run_class": run.get("run_class"),
+        "deadline": run.get("deadline"),
+        "build_id": build.get("build_id"),
+        "image": build.get("image"),
+        "case_count": doc.get("case_count"),
+    }
+
+
+def plan(layout: RunLayout) -> dict[str, Any]:
+    """What the run plans (``manifest/plan.json``): cases, phases, GPU/CPU seconds, critical path."""
+    doc = read_doc(layout.plan_uri)
+    if doc is None:
+        return _missing("plan", layout.plan_uri)
+    keys = ("cases", "phases", "gpu_seconds", "cpu_seconds", "critical_path_seconds", "deadline")
+    return {"available": True, **{k: doc.get(k) for k in keys}}
+
+
+def canary(layout: RunLayout) -> dict[str, Any]:
+    doc = read_doc(layout.canary_gate)
+    if doc is None:
+        return _missing("canary gate decision", layout.canary_gate)
+    keys = ("state", "build_id", "digest", "cases", "finished", "failures", "rate", "threshold")
+    return {"available": True, **{k: doc.get(k) for k in (*keys, "decided_at", "message")}}
+
+
+def deadline(layout: RunLayout, fallback_deadline: str | None) -> dict[str, Any]:
+    """The deadline tracker's newest estimate; without one, the deadline from the manifest."""
+    doc = read_doc(layout.deadline_latest)
+    if doc is None:
+        out = _missing("finish estimate", layout.deadline_latest)
+        out["deadline"] = fallback_deadline
+        return out
+    keys = ("at", "estimated_finish", "deadline", "remaining_gpu_seconds", "gpus_in_use", "gpus_needed")
+    out = {"available": True, **{k: doc.get(k) for k in (*keys, "action")}}
+    out["deadline"] = out["deadline"] or fallback_deadline
+    late = seconds_between(out.get("deadline"), out.get("estimated_finish"))
+    out["seconds_late"] = late
+    return out
+
+
+def seconds_between(start: Any, end: Any) -> float | None:
+    a, b = parse(start), parse(end)
+    return round((b - a).total_seconds(), 1) if a and b else None
+
+
+def parse(value: Any) -> dt.datetime | None:
+    if not value:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+
+
+def breaker(root: str, image: str | None, gate_digest: str | None) -> dict[str, Any]:
+    """The circuit breaker of the run's simulator build, keyed by its image digest."""
+    candidates: list[str] = []
+    for value in (gate_digest, image):
+        if value:
+            m = _DIGEST.search(str(value))
+            digest = m.group(0) if m else str(value)
+            candidates += [digest, digest.removeprefix("sha256:")]
+    tried: list[str] = []
+    for digest in dict.fromkeys(candidates):
+        uri = breaker_uri(root, digest)
+        tried.append(uri)
+        doc = read_doc(uri)
+        if doc is not None:
+            keys = ("digest", "build_id", "state", "failures", "finished", "threshold", "opened_at", "reason")
+            return {"available": True, **{k: doc.get(k) for k in keys}}
+    where = tried[0] if tried else "no image digest in the manifest"
+    return {"available": False, "state": "closed", "message": f"no breaker record: never tripped ({where})"}

@@ -1,0 +1,372 @@
+"""The weekly-run page's data: one JSON document from the metadata database and the artifact store.
+
+:func:`week_progress` answers ``GET /avsim/api/runs/{dag_id}/{run_id}/progress``: cases done,
+running and waiting, done cases by class, per-phase progress, GPU-hours spent against planned,
+finish estimate against deadline, canary and breaker state, and a page of the failed cases with
+links to their task instances, case pages and artifacts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from avsim.artifacts import RunLayout
+from avsim.dagbuild.tasks import run_key_for
+from avsim.ui import run_docs, urls
+from avsim.ui.progress import (
+    CASE_CLASSES,
+    FAILURE_ORDER,
+    Digest,
+    DigestCache,
+    ShardRun,
+    digests_for,
+    running_gpu_seconds,
+    shard_runs,
+)
+
+#: Failed cases listed per page, at most.
+MAX_LIMIT = 500
+_PHASE_ORDER = ("prepare", "simulate", "perceive", "evaluate", "render", "report")
+
+
+@dataclass(frozen=True)
+class WeekRef:
+    """A weekly run: its DAG and run id, its shard DAG, its run key and artifact root."""
+
+    dag_id: str
+    run_id: str
+    run_key: str
+    artifact_root: str
+    descriptor: Mapping[str, Any]
+
+    @property
+    def shard_dag_id(self) -> str:
+        return f"{self.dag_id}_shard"
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.artifact_root, self.run_key)
+
+
+def parent_of(dag_id: str, run_id: str) -> tuple[str, str]:
+    """The weekly run of a shard run (``<dag>_shard`` / ``<run>__shard_<k>`` or ``__canary``); else itself."""
+    if dag_id.endswith("_shard"):
+        for marker in ("__shard_", "__canary"):
+            if marker in run_id:
+                return dag_id.removesuffix("_shard"), run_id[: run_id.rindex(marker)]
+    return dag_id, run_id
+
+
+def resolve_week(session: Session, dag_id: str, run_id: str, default_root: str) -> WeekRef | None:
+    """The weekly run, or None when the metadata database has no such weekly run."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
+
+    dag_id, run_id = parent_of(dag_id, run_id)
+    found = session.execute(
+        select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
+    ).scalar_one_or_none()
+    if found is None:
+        return None
+    value = session.execute(
+        select(XComModel.value).where(
+            XComModel.dag_run_id == found, XComModel.task_id == "prepare", XComModel.key == "run"
+        )
+    ).scalar_one_or_none()
+    desc = value if isinstance(value, Mapping) else {}
+    if not desc:
+        from airflow.models.dag import DagModel
+
+        shard_dag = session.execute(
+            select(DagModel.dag_id).where(DagModel.dag_id == f"{dag_id}_shard")
+        ).scalar_one_or_none()
+        if shard_dag is None:
+            return None  # not a weekly run: its DAG has no shard DAG and its prepare recorded nothing
+    return WeekRef(
+        dag_id=dag_id,
+        run_id=run_id,
+        run_key=str(desc.get("run_key") or run_key_for(dag_id, run_id)),
+        artifact_root=str(desc.get("artifact_root") or default_root),
+        descriptor=desc,
+    )
+
+
+def _run_row(session: Session, ref: WeekRef) -> dict[str, Any]:
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance as TI
+
+    state, start, end = session.execute(
+        select(DagRun.state, DagRun.start_date, DagRun.end_date).where(
+            DagRun.dag_id == ref.dag_id, DagRun.run_id == ref.run_id
+        )
+    ).one()
+    tasks: dict[str, Counter[str]] = {}
+    for task_id, ti_state, n in session.execute(
+        select(TI.task_id, TI.state, func.count())
+        .where(TI.dag_id == ref.dag_id, TI.run_id == ref.run_id)
+        .group_by(TI.task_id, TI.state)
+    ).all():
+        tasks.setdefault(str(task_id), Counter())[str(ti_state or "none")] += int(n)
+    return {
+        "state": state,
+        "start_date": _iso(start),
+        "end_date": _iso(end),
+        "tasks": {k: dict(v) for k, v in sorted(tasks.items())},
+    }
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _phase_order(head_graphs: Mapping[str, Any] | None, names: Iterable[str]) -> list[str]:
+    order: list[str] = []
+    for graph in (head_graphs or {}).values():
+        for phase in (graph.get("phases") or {}) if isinstance(graph, Mapping) else {}:
+            if phase not in order:
+                order.append(phase)
+    rank = {p: i for i, p in enumerate(order or _PHASE_ORDER)}
+    return sorted(set(names), key=lambda p: (rank.get(p, len(rank)), p))
+
+
+def _phases(digests: Iterable[Digest], head_graphs: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    per: dict[str, dict[str, Any]] = {}
+    for d in digests:
+        for (task_id, cls), (n, seconds, _gpu) in d.phases.items():
+            phase = task_id.split(".", 1)[-1]
+            p = per.setdefault(phase, {"total": 0, "by_class": Counter(), "seconds": 0.0, "timed": 0})
+            p["total"] += n
+            p["by_class"][cls] += n
+            if cls not in ("running", "waiting", "upstream_failed", "not_run"):
+                p["seconds"] += seconds
+                p["timed"] += n
+    out = []
+    for phase in _phase_order(head_graphs, per):
+        p = per[phase]
+        by_class: Counter[str] = p["by_class"]
+        running, waiting = by_class.get("running", 0), by_class.get("waiting", 0)
+        out.append(
+            {
+                "phase": phase,
+                "total": p["total"],
+                "done": p["total"] - running - waiting,
+                "running": running,
+                "waiting": waiting,
+                "by_class": {k: v for k, v in sorted(by_class.items()) if k not in ("running", "waiting")},
+                "mean_seconds": round(p["seconds"] / p["timed"], 1) if p["timed"] else None,
+            }
+        )
+    return out
+
+
+def _cases(digests: Iterable[Digest], planned: int | None) -> dict[str, Any]:
+    status: Counter[str] = Counter()
+    by_class: Counter[str] = Counter()
+    for d in digests:
+        for (st, cls), n in d.cases.items():
+            status[st] += n
+            if st == "done":
+                by_class[cls] += n
+    known = sum(status.values())
+    waiting = status["waiting"] + max(0, (planned or 0) - known)
+    ordered = {c: by_class[c] for c in CASE_CLASSES if by_class.get(c)}
+    return {
+        "planned": planned,
+        "done": status["done"],
+        "running": status["running"],
+        "waiting": waiting,
+        "failed": sum(n for c, n in by_class.items() if c != "passed"),
+        "by_class": ordered,
+    }
+
+
+def _shards(runs: Sequence[ShardRun], planned: int | None, ref: WeekRef, base: str) -> dict[str, Any]:
+    shards = [r for r in runs if r.kind == "shard"]
+    states = Counter(
+        "done" if r.state in ("success", "failed") else "running" if r.state == "running" else "queued"
+        for r in shards
+    )
+    total = planned if isinstance(planned, int) else None
+    return {
+        "planned": total,
+        "done": states["done"],
+        "running": states["running"],
+        "queued": states["queued"],
+        "not_started": max(0, total - len(shards)) if total is not None else None,
+        "active": [
+            {
+                "run_id": r.run_id,
+                "shard": r.index,
+                "state": r.state,
+                "url": urls.airflow_run(ref.shard_dag_id, r.run_id, base),
+            }
+            for r in shards
+            if not r.finished
+        ],
+    }
+
+
+def _gpu(digests: Iterable[Digest], running: tuple[int, float], plan: Mapping[str, Any]) -> dict[str, Any]:
+    by_pool: dict[str, float] = {}
+    for d in digests:
+        for pool, seconds in d.gpu_seconds.items():
+            by_pool[pool] = by_pool.get(pool, 0.0) + seconds
+    held, in_flight = running
+    spent = sum(by_pool.values()) + in_flight
+    planned = plan.get("gpu_seconds") if plan.get("available") else None
+    planned_s = float(planned) if isinstance(planned, int | float) else None
+    return {
+        "spent_hours": round(spent / 3600, 2),
+        "ended_hours_by_pool": {k: round(v / 3600, 2) for k, v in sorted(by_pool.items())},
+        "running_hours": round(in_flight / 3600, 2),
+        "gpus_in_use": held,
+        "planned_hours": round(planned_s / 3600, 2) if planned_s is not None else None,
+        "spent_of_planned": round(spent / planned_s, 4) if planned_s else None,
+    }
+
+
+def _ledger_outcomes(layout: RunLayout, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Any]:
+    """Committed outcome records of a few (case, phase) pairs, read in parallel on object stores."""
+    from avsim.ledger.store import Ledger
+
+    if not keys:
+        return {}
+    ledger = Ledger(layout)
+
+    def read(key: tuple[str, str]) -> Any:
+        try:
+            return ledger.outcome(*key)
+        except Exception:  # an unreadable record: listed without its reason
+            return None
+
+    if ledger.is_local:
+        found = [read(k) for k in keys]
+    else:
+        with ThreadPoolExecutor(max_workers=min(16, len(keys)), thread_name_prefix="avsim-ui") as ex:
+            found = list(ex.map(read, keys))
+    return dict(zip(keys, found, strict=True))
+
+
+def _failed(
+    digests: Mapping[str, Digest], ref: WeekRef, base: str, offset: int, limit: int
+) -> dict[str, Any]:
+    rank = {c: i for i, c in enumerate(FAILURE_ORDER)}
+    rows = [f for d in digests.values() for f in d.failures]
+    never = dt.datetime.min.replace(tzinfo=dt.UTC)
+    rows.sort(key=lambda f: f["end_date"] or never, reverse=True)
+    rows.sort(key=lambda f: rank.get(f["cls"], len(rank)))
+    page = rows[offset : offset + limit]
+    need = [
+        (str(f["case_id"]), f["task_id"].split(".", 1)[-1])
+        for f in page
+        if not f["reason"] or f["cls"] == "failed"
+    ]
+    records = _ledger_outcomes(ref.layout, need)
+    items = []
+    for f in page:
+        family, _, phase = str(f["task_id"]).partition(".")
+        case_id = str(f["case_id"]) if f["case_id"] is not None else f"map index {f['map_index']}"
+        rec = records.get((case_id, phase))
+        cls = f["cls"]
+        if cls == "failed" and rec is not None:
+            cls = rec.outcome.value
+        items.append(
+            {
+                "case_id": case_id,
+                "graph": family,
+                "phase": phase,
+                "class": cls,
+                "state": f["state"],
+                "try_number": f["try_number"],
+                "ended_at": _iso(f["end_date"]),
+                "reason": f["reason"] or (rec.reason if rec is not None else ""),
+                "links": {
+                    "task_instance": urls.airflow_task_instance(
+                        ref.shard_dag_id, f["run_id"], f["task_id"], f["map_index"], base
+                    ),
+                    "case": urls.case_page(ref.run_key, case_id, base),
+                    "artifacts": urls.phase_artifacts(ref.run_key, case_id, phase, base),
+                },
+            }
+        )
+    by_class = Counter(f["cls"] for f in rows)
+    return {"total": len(rows), "by_class": dict(by_class), "offset": offset, "limit": limit, "items": items}
+
+
+def week_progress(
+    session: Session,
+    ref: WeekRef,
+    *,
+    gpu_pools: Sequence[str],
+    base: str = "",
+    cache: DigestCache | None = None,
+    offset: int = 0,
+    limit: int = 50,
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """The page's document for the weekly run ``ref`` (see the module doc)."""
+    now = now or dt.datetime.now(dt.UTC)
+    layout = ref.layout
+    head = run_docs.head(layout)
+    plan = run_docs.plan(layout)
+    head_doc = run_docs.read_doc(layout.head_uri) or {}
+    runs = shard_runs(session, ref.shard_dag_id, ref.run_id)
+    digests = digests_for(session, ref.shard_dag_id, runs, gpu_pools, cache)
+    active = [r.run_id for r in runs if not r.finished]
+    running = running_gpu_seconds(session, ref.shard_dag_id, active, gpu_pools, now)
+    planned_cases = next(
+        (
+            int(v)
+            for v in (head.get("case_count"), plan.get("cases"), ref.descriptor.get("case_count"))
+            if isinstance(v, int)
+        ),
+        None,
+    )
+    canary = run_docs.canary(layout)
+    canary_run = next((r for r in runs if r.kind == "canary"), None)
+    canary["run"] = (
+        {
+            "run_id": canary_run.run_id,
+            "state": canary_run.state,
+            "url": urls.airflow_run(ref.shard_dag_id, canary_run.run_id, base),
+        }
+        if canary_run
+        else None
+    )
+    shard_total = ref.descriptor.get("shard_count")
+    return {
+        "schema": "avsim/progress/v1",
+        "generated_at": now.isoformat(),
+        "run": {
+            "dag_id": ref.dag_id,
+            "run_id": ref.run_id,
+            "run_key": ref.run_key,
+            **_run_row(session, ref),
+            "url": urls.airflow_run(ref.dag_id, ref.run_id, base),
+        },
+        "manifest": {**head, "manifest_sha256": ref.descriptor.get("manifest_sha256")},
+        "cases": _cases(digests.values(), planned_cases),
+        "phases": _phases(
+            digests.values(), head_doc.get("graphs") if isinstance(head_doc, Mapping) else None
+        ),
+        "shards": _shards(runs, shard_total if isinstance(shard_total, int) else None, ref, base),
+        "gpu": _gpu(digests.values(), running, plan),
+        "plan": plan,
+        "deadline": run_docs.deadline(layout, head.get("deadline") or plan.get("deadline")),
+        "canary": canary,
+        "breaker": run_docs.breaker(ref.artifact_root, head.get("image"), canary.get("digest")),
+        "failed": _failed(digests, ref, base, max(0, offset), max(1, min(limit, MAX_LIMIT))),
+        "links": {
+            "report": urls.report_page(ref.run_key, base),
+            "cases_csv": urls.run_file(ref.run_key, "report/cases.csv", base),
+            "artifacts": urls.run_file(ref.run_key, "/", base),
+        },
+    }

@@ -1,0 +1,242 @@
+"""The avsim app's routes: pages, JSON API, case page, artifact files (and refused paths), report, links.
+
+Airflow's authentication is replaced by "allow" here: no auth manager runs in a unit test.
+tests/integration/test_ui_browser.py checks the real one (a forged token and no token refused).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench.ui_progress import WeekSpec, build_week, metadata_engine
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from avsim.artifacts import RunLayout
+from avsim.ledger.records import AttemptRecord
+from avsim.phases.contract import Outcome
+
+RUN_ID = "manual__2026-12-07T06:00:00+00:00"
+KEY = "avsim_weekly__manual__2026-12-07T06_00_00_00_00"
+Q_RUN = "manual__2026-12-07T06%3A00%3A00%2B00%3A00"
+
+
+@pytest.fixture
+def week(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[TestClient, RunLayout, Any]]:
+    from avsim.ui.app import create_app, db_session
+
+    engine = metadata_engine(tmp_path / "airflow.db")
+    root = f"file://{tmp_path}/artifacts"
+    monkeypatch.setenv("AIRFLOW__AVSIM__ARTIFACT_ROOT", root)
+    spec = WeekSpec(
+        run_id=RUN_ID, cases=120, shard_size=50, active_shards=1, families=("standard", "with_render")
+    )
+    with engine.begin() as conn:
+        truth = build_week(conn, spec, root)
+    app = create_app()
+
+    def session() -> Iterator[Session]:
+        with Session(engine) as s:
+            yield s
+
+    app.dependency_overrides[app.state.auth_dependency] = lambda: None
+    app.dependency_overrides[db_session] = session
+    with TestClient(app) as client:
+        yield client, RunLayout(root, KEY), truth
+
+
+def put(uri: str, text: str) -> Path:
+    p = Path(uri.removeprefix("file://"))
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    return p
+
+
+def test_progress_api_and_page(week: Any) -> None:
+    client, _layout, truth = week
+    resp = client.get(f"/api/runs/avsim_weekly/{Q_RUN}/progress", params={"limit": 5})
+    assert resp.status_code == 200
+    doc = resp.json()
+    assert doc["cases"]["done"] == truth.status["done"] and len(doc["failed"]["items"]) == 5
+    page = client.get(f"/dags/avsim_weekly/runs/{Q_RUN}")
+    assert page.status_code == 200 and "<script>" in page.text
+    assert f'"/avsim/api/runs/avsim_weekly/{Q_RUN}/progress"' in page.text
+    shard = client.get(f"/dags/avsim_weekly_shard/runs/{Q_RUN}__shard_0001")
+    assert f"/avsim/api/runs/avsim_weekly/{Q_RUN}/progress" in shard.text, "a shard run shows its week"
+    assert client.get("/dags/avsim_weekly/runs/nope").status_code == 404
+    assert client.get(f"/api/runs/avsim_weekly/{Q_RUN}/progress", params={"limit": 0}).status_code == 422
+    index = client.get("/")
+    assert index.status_code == 200 and f"/avsim/dags/avsim_weekly/runs/{Q_RUN}" in index.text
+
+
+def test_case_page_shows_phases_attempts_and_links(week: Any) -> None:
+    client, layout, truth = week
+    case_id, phase, cls = next(f for f in truth.failures if f[2] == "infra_failed")
+    rec = AttemptRecord(
+        run_key=KEY,
+        case_id=case_id,
+        phase=phase,
+        attempt=4,
+        started_at="2026-12-08T10:00:00+00:00",
+        ended_at="2026-12-08T10:00:09+00:00",
+        exit_code=137,
+        outcome=Outcome.INFRA_FAILED,
+        reason="OOMKilled <node-3>",
+        output_uri=layout.attempt_output(case_id, phase, 4),
+        host="worker-1",
+        duration_seconds=9.0,
+    )
+    put(layout.attempt_record(case_id, phase, 4), json.dumps(rec.to_json()))
+    put(f"{layout.attempt_output(case_id, phase, 4)}/phase.log", "started\nkilled\n")
+    doc = client.get(f"/api/runs/{KEY}/cases/{case_id}").json()
+    phases = {p["phase"]: p for p in doc["phases"]}
+    assert phases[phase]["outcome"]["outcome"] == cls
+    assert [a["exit_code"] for a in phases[phase]["attempts"]] == [137]
+    ti = phases[phase]["task_instance"]
+    assert (ti["state"], ti["try_number"]) == ("failed", 4)
+    assert (
+        ti["url"].startswith("/dags/avsim_weekly_shard/runs/")
+        and f"/tasks/{ti['task_id']}/mapped/" in ti["url"]
+    )
+    assert phases["prepare"]["task_instance"]["state"] == "success"
+    assert phases[phase]["attempt_folders"] == [
+        {"name": "attempt-4", "url": f"/avsim/runs/{KEY}/files/cases/{case_id}/{phase}/attempt-4/"}
+    ]
+    page = client.get(f"/runs/{KEY}/cases/{case_id}")
+    assert page.status_code == 200
+    assert "OOMKilled &lt;node-3&gt;" in page.text and f"/avsim/dags/avsim_weekly/runs/{Q_RUN}" in page.text
+    # The Airflow UI's task-instance view of that phase leads to the same case page.
+    mi = ti["map_index"]
+    hop = client.get(
+        f"/dags/avsim_weekly_shard/runs/{ti['run_id']}/tasks/{ti['task_id']}/mapped/{mi}",
+        follow_redirects=False,
+    )
+    assert hop.status_code == 307 and hop.headers["location"] == f"/avsim/runs/{KEY}/cases/{case_id}"
+    assert client.get(f"/runs/{KEY}/cases/no-such-case").status_code == 404
+
+
+def test_artifact_files_and_folders(week: Any) -> None:
+    client, layout, _truth = week
+    put(f"{layout.attempt_output('c-1', 'simulate', 1)}/result.json", '{"metrics": {"ttc": 1.5}}')
+    put(f"{layout.attempt_output('c-1', 'simulate', 1)}/trace.html", "<script>alert(1)</script>")
+    got = client.get(f"/runs/{KEY}/files/cases/c-1/simulate/attempt-1/result.json")
+    assert got.status_code == 200 and got.json() == {"metrics": {"ttc": 1.5}}
+    assert got.headers["content-type"].startswith("application/json")
+    html = client.get(f"/runs/{KEY}/files/cases/c-1/simulate/attempt-1/trace.html")
+    assert html.headers["content-security-policy"].startswith("sandbox"), "artifact HTML cannot run script"
+    assert html.headers["x-content-type-options"] == "nosniff"
+    folder = client.get(f"/runs/{KEY}/files/cases/c-1/simulate/")
+    assert (
+        folder.status_code == 200 and f"/avsim/runs/{KEY}/files/cases/c-1/simulate/attempt-1/" in folder.text
+    )
+    bare = client.get(f"/runs/{KEY}/files/cases/c-1", follow_redirects=False)
+    assert bare.status_code == 307 and bare.headers["location"].endswith("/files/cases/c-1/")
+    assert client.get(f"/runs/{KEY}/files/cases/c-2/nothing.json").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        (f"/runs/{KEY}/files/%2e%2e/%2e%2e/secret.txt", 400),
+        (f"/runs/{KEY}/files/cases/..%2f..%2f..%2fsecret.txt", 400),
+        (f"/runs/{KEY}/files/cases%5c..%5c..%5csecret.txt", 400),
+        (f"/runs/{KEY}/files//etc/passwd", 400),
+        ("/runs/%2e%2e/files/secret.txt", 400),
+        (f"/runs/{KEY}/report/..%2f..%2f..%2fsecret.txt", 400),
+        (f"/api/runs/{KEY}/cases/%2e%2e", 400),
+        # A decoded '/' in a single-segment parameter matches no route at all.
+        ("/runs/..%2fartifacts/files/secret.txt", 404),
+        (f"/runs/{KEY}/cases/..%2f..%2fsecret", 404),
+    ],
+)
+def test_paths_outside_the_run_are_refused(week: Any, path: str, status: int) -> None:
+    client, layout, _truth = week
+    put(f"{layout.root}/secret.txt", "not an artifact")
+    resp = client.get(path)
+    assert resp.status_code == status, (path, resp.status_code, resp.text)
+    assert "not an artifact" not in resp.text
+
+
+def test_a_symbolic_link_out_of_the_run_is_refused(week: Any) -> None:
+    client, layout, _truth = week
+    secret = put(f"{layout.root}/secret.txt", "not an artifact")
+    link = Path(layout.base.removeprefix("file://")) / "cases" / "escape.txt"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(secret, link)
+    resp = client.get(f"/runs/{KEY}/files/cases/escape.txt")
+    assert resp.status_code == 400 and "leaves the run" in resp.json()["detail"]
+
+
+def test_report_and_its_files_are_served(week: Any) -> None:
+    from avsim.report.build import build_report, write_report
+
+    client, layout, _truth = week
+    summary = {
+        "shard": 0,
+        "cases": [{"case_id": "c-1", "graph": "standard", "outcome": "passed", "phases": {}}],
+    }
+    write_report(layout, build_report({}, [summary], {}, run_id=RUN_ID, generated_at="now"))
+    assert client.get("/runs").json() == [KEY]
+    hop = client.get(f"/dags/avsim_weekly/runs/{Q_RUN}/report", follow_redirects=False)
+    assert hop.status_code == 307 and hop.headers["location"] == f"/avsim/runs/{KEY}/report/"
+    assert (
+        client.get(f"/runs/{KEY}/report", follow_redirects=False).headers["location"]
+        == f"/avsim/runs/{KEY}/report/"
+    )
+    page = client.get(f"/runs/{KEY}/report/")
+    assert page.status_code == 200 and "avsim weekly report" in page.text
+    csv = client.get(f"/runs/{KEY}/report/cases.csv")
+    assert csv.status_code == 200 and csv.text.startswith("case_id,graph,")
+    assert client.get("/runs/other_run/report/").status_code == 404
+
+
+def test_phase_links_point_at_the_case_page_and_the_artifacts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from avsim.operators.phase import LocalPhaseOperator
+    from avsim.ui.links import PHASE_LINKS, AvsimArtifactsLink, AvsimCaseLink
+
+    op = LocalPhaseOperator(
+        task_id="simulate",
+        phase="simulate",
+        case={"case_id": "case-00007"},
+        run={"run_key": KEY, "artifact_root": "s3://aws@bucket/avsim"},
+    )
+    assert AvsimCaseLink().get_link(op, ti_key=None) == f"/avsim/runs/{KEY}/cases/case-00007"
+    assert (
+        AvsimArtifactsLink().get_link(op, ti_key=None)
+        == f"/avsim/runs/{KEY}/files/cases/case-00007/simulate/"
+    )
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/team-a/")
+    assert AvsimCaseLink().get_link(op, ti_key=None) == f"/team-a/avsim/runs/{KEY}/cases/case-00007"
+    unrendered = LocalPhaseOperator(task_id="t", phase="simulate", case="{{ x }}", run="{{ y }}")
+    assert AvsimCaseLink().get_link(unrendered, ti_key=None) == ""
+    assert [link.name for link in PHASE_LINKS] == ["avsim case", "avsim artifacts"]
+    assert [link.xcom_key for link in PHASE_LINKS] == ["_link_AvsimCaseLink", "_link_AvsimArtifactsLink"]
+
+
+def test_an_operator_with_the_links_serializes_them_for_the_ui() -> None:
+    import datetime as dt
+
+    from airflow.sdk import DAG
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from avsim.operators.phase import LocalPhaseOperator
+    from avsim.ui.links import PHASE_LINKS
+
+    class LinkedPhase(LocalPhaseOperator):  # what the lead's phase operator declares
+        operator_extra_links = PHASE_LINKS
+
+    with DAG("links", schedule=None, start_date=dt.datetime(2026, 1, 1)) as dag:
+        LinkedPhase(task_id="simulate", phase="simulate", case={"case_id": "c"}, run={"run_key": KEY})
+    data = DagSerialization.to_dict(dag)
+    [task] = data["dag"]["tasks"]
+    assert task["__var"]["_operator_extra_links"] == {
+        "avsim case": "_link_AvsimCaseLink",
+        "avsim artifacts": "_link_AvsimArtifactsLink",
+    }
+    back = DagSerialization.from_dict(data)
+    assert sorted(back.get_task("simulate").extra_links) == ["avsim artifacts", "avsim case"]
