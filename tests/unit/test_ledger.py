@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,19 +70,60 @@ def test_commit_rules(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
     # Airflow's logging setup routes records past caplog, so watch the module's logger directly.
     monkeypatch.setattr(store.log, "warning", lambda msg, *a: warnings.append(msg % a))
     assert ledger.outcome("c1", "simulate") is None
-    assert ledger.commit(outcome_rec("c1", "simulate", 2)) is True  # first
-    assert ledger.outcome("c1", "simulate") == outcome_rec("c1", "simulate", 2)
-    assert ledger.commit(outcome_rec("c1", "simulate", 2, Outcome.INFRA_FAILED)) is False  # duplicate
-    assert ledger.outcome("c1", "simulate") == outcome_rec("c1", "simulate", 2)
-    late = outcome_rec("c1", "simulate", 1, Outcome.INFRA_FAILED, output_uri="")
+    failed = outcome_rec("c1", "simulate", 2, Outcome.INFRA_FAILED, output_uri="")
+    assert ledger.commit(failed) is True  # first
+    assert ledger.commit(outcome_rec("c1", "simulate", 2, Outcome.PASSED)) is False  # duplicate
+    assert ledger.outcome("c1", "simulate") == failed
+    late = outcome_rec("c1", "simulate", 1, Outcome.PASSED)
     assert ledger.commit(late) is False  # late report from an abandoned attempt
     assert len(warnings) == 1 and "late report from abandoned attempt 1" in warnings[0]
-    assert ledger.outcome("c1", "simulate") == outcome_rec("c1", "simulate", 2)
+    assert ledger.outcome("c1", "simulate") == failed
     rerun = outcome_rec("c1", "simulate", 3, Outcome.SCENARIO_FAILED)
-    assert ledger.commit(rerun) is True  # a rerun after the engineer cleared the task
+    assert ledger.commit(rerun) is True  # a rerun after the engineer cleared the failed task
     assert ledger.outcome("c1", "simulate") == rerun
+    # The first committed result wins: a later attempt's result does not replace it.
+    assert ledger.commit(outcome_rec("c1", "simulate", 4, Outcome.PASSED)) is False
+    assert ledger.outcome("c1", "simulate") == rerun and "first committed result wins" in warnings[-1]
     folder = Path(ledger.layout.outcome_record("c1", "simulate").removeprefix("file://")).parent
-    assert [p.name for p in folder.iterdir()] == ["simulate.json"]  # no temporary files left
+    assert sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock")) == ["simulate.json"]
+
+
+def test_only_the_current_attempt_commits(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    warnings: list[str] = []
+    monkeypatch.setattr(store.log, "warning", lambda msg, *a: warnings.append(msg % a))
+    template = attempt_rec("c1", "simulate", 0, None, state="started", try_number=1, task_id="g.simulate")
+    first = ledger.claim_attempt(template)
+    second = ledger.claim_attempt(replace(template, try_number=2))
+    assert (first.attempt, second.attempt) == (1, 2)
+    assert first.output_uri.endswith("/cases/c1/simulate/attempt-1") and first.state == "started"
+    assert [a.attempt for a in ledger.attempts("c1", "simulate")] == [1, 2]
+    assert ledger.current_attempt("c1", "simulate") == 2
+    # Attempt 1 was given up on (its worker vanished) but reports late: ignored and logged.
+    assert ledger.commit(outcome_rec("c1", "simulate", 1, Outcome.PASSED)) is False
+    assert ledger.outcome("c1", "simulate") is None
+    assert (
+        "late report from abandoned attempt 1" in warnings[0]
+        and "attempt 2 is the current one" in warnings[0]
+    )
+    assert ledger.commit(outcome_rec("c1", "simulate", 2, Outcome.PASSED)) is True
+
+
+def test_claims_are_unique_under_concurrency(ledger: Ledger) -> None:
+    """Many processes claiming attempts of one (case, phase) at once never share a number."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(8) as pool:
+        numbers = pool.map(
+            _claim_in_child, [(ledger.layout.root, ledger.layout.run_key, i) for i in range(40)]
+        )
+    assert sorted(numbers) == list(range(1, 41))
+
+
+def _claim_in_child(args: tuple[str, str, int]) -> int:
+    root, key, i = args
+    rec = attempt_rec("c9", "simulate", 0, None, state="started", try_number=i)
+    return Ledger(RunLayout(root, key)).claim_attempt(rec).attempt
 
 
 def test_attempts_and_outcomes_for(ledger: Ledger) -> None:
@@ -191,12 +233,18 @@ def s3_root(s3_server: str) -> str:
 def test_ledger_on_an_object_store(s3_root: str) -> None:
     ledger = Ledger(RunLayout(s3_root, "run-s3"))
     assert not ledger.is_local
-    assert ledger.commit(outcome_rec("c1", "simulate", 1)) is True
-    assert ledger.commit(outcome_rec("c1", "simulate", 1)) is False
+    failed = outcome_rec("c1", "simulate", 1, Outcome.INFRA_FAILED, output_uri="")
+    assert ledger.commit(failed) is True
+    assert ledger.commit(failed) is False
     assert ledger.commit(outcome_rec("c1", "simulate", 2, Outcome.SCENARIO_FAILED)) is True
+    assert ledger.commit(outcome_rec("c1", "simulate", 3, Outcome.PASSED)) is False  # first result wins
+    # Claims use S3 conditional writes: numbers stay unique across writers.
+    template = attempt_rec("c2", "prepare", 0, None, state="started")
+    assert [ledger.claim_attempt(template).attempt for _ in range(3)] == [1, 2, 3]
     ledger.record_attempt(attempt_rec("c1", "simulate", 2, Outcome.SCENARIO_FAILED))
     found = ledger.outcomes_for([f"c{i}" for i in range(20)], ["prepare", "simulate"])  # threaded reads
     assert list(found) == [("c1", "simulate")] and found[("c1", "simulate")].attempt == 2
+    assert ledger.current_attempt("c2", "prepare") == 3
     ledger.write_shard_summary(1, {"shard": 1, "cases": []})
     ledger.write_shard_summary(0, {"shard": 0, "cases": []})
     assert [s["shard"] for s in ledger.shard_summaries()] == [0, 1]

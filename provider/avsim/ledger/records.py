@@ -21,7 +21,13 @@ def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class AttemptRecord:
-    """One attempt of one phase of one case, as the operator saw it end."""
+    """One attempt of one phase of one case: written ``started`` when claimed, ``ended`` when it ends.
+
+    ``attempt`` numbers are claimed from the ledger (1, 2, ... per case and phase, whichever task
+    ran them), so a phase that moved from spot to on-demand nodes keeps one sequence. ``try_number``
+    and ``task_id`` say which Airflow task instance try ran it; ``round_start`` is the first try of
+    the task's current round of retries (a clear starts a new round with fresh budgets).
+    """
 
     run_key: str
     case_id: str
@@ -35,6 +41,20 @@ class AttemptRecord:
     output_uri: str
     host: str
     duration_seconds: float
+    state: str = "ended"  # started | ended
+    try_number: int = 0
+    task_id: str = ""
+    round_start: int = 1
+    node_class: str = ""
+    gpus: int = 0
+    #: What the platform did, in a word (oom, evicted, lease_expired, node_lost, image_pull, ...).
+    detail: str = ""
+    #: The pod or process that ran the attempt.
+    runner: str = ""
+
+    @property
+    def ended(self) -> bool:
+        return self.state == "ended"
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -59,6 +79,14 @@ class AttemptRecord:
             output_uri=str(d.get("output_uri", "")),
             host=str(d.get("host", "")),
             duration_seconds=float(d.get("duration_seconds") or 0.0),
+            state=str(d.get("state", "ended")),
+            try_number=int(d.get("try_number") or 0),
+            task_id=str(d.get("task_id", "")),
+            round_start=int(d.get("round_start") or 1),
+            node_class=str(d.get("node_class", "")),
+            gpus=int(d.get("gpus") or 0),
+            detail=str(d.get("detail", "")),
+            runner=str(d.get("runner", "")),
         )
 
 
@@ -79,6 +107,11 @@ class OutcomeRecord:
     committed_at: str
     reason: str = ""
     result: dict[str, Any] = field(default_factory=dict)
+    #: The phase's cache key (build digest, phase spec, inputs, seed); see :mod:`avsim.ledger.cache`.
+    cache_key: str = ""
+    #: Where a reused output came from (another run's committed outcome), empty when computed here.
+    reused_from: str = ""
+    detail: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -99,4 +132,7 @@ class OutcomeRecord:
             committed_at=str(d.get("committed_at", "")),
             reason=str(d.get("reason", "")),
             result=dict(result) if isinstance(result, Mapping) else {},
+            cache_key=str(d.get("cache_key", "")),
+            reused_from=str(d.get("reused_from", "")),
+            detail=str(d.get("detail", "")),
         )

@@ -1,30 +1,34 @@
 """The ledger in the artifact store (through ObjectStoragePath), and shard summaries built from it.
 
 Layout (see :mod:`avsim.artifacts`): one record per attempt at ``ledger/attempts/<case>/<phase>/<n>.json``,
-the committed outcome of a (case, phase) at ``ledger/outcomes/<case>/<phase>.json``, a shard's summary
-at ``ledger/shards/<k>/result.json``.
+the current attempt of a (case, phase) at ``ledger/current/<case>/<phase>.json``, its committed outcome at
+``ledger/outcomes/<case>/<phase>.json``, a shard's summary at ``ledger/shards/<k>/result.json``.
 
-Commit rules (:meth:`Ledger.commit`): the first commit of a (case, phase) is written; the same attempt
-again changes nothing (a duplicate report); a lower attempt than the committed one is ignored with a
-warning (a late report from an abandoned attempt); a higher attempt replaces it (a rerun after an
-engineer cleared the task). On ``file://`` a record is written to a temporary file and moved into
-place, and a first commit is created only if absent (a hard link, which fails if the record exists).
-On an object store a PUT is atomic by itself, but "create only if absent" is a check then a PUT:
-two tries of one (case, phase) committing at the same instant can both think they were first.
+Rules, enforced with compare-and-swap writes (:mod:`avsim.ledger.documents`), so they hold whichever
+machines the writers run on:
+
+* **Attempts are claimed** (:meth:`Ledger.claim_attempt`): the next number of the (case, phase), so two
+  tries never share an attempt and its attempt-scoped output prefix.
+* **Only the current attempt commits**: a report from an attempt that is no longer the claimed one (an
+  abandoned attempt: its worker was given up on, its pod deleted) is ignored and logged.
+* **The first committed result wins**: once an attempt committed a result (passed or scenario_failed),
+  no other attempt replaces it; a duplicate report of the same attempt changes nothing. A committed
+  failure (infrastructure, preemption, bad input, bad build) is replaced by a later attempt's outcome:
+  that is a rerun after an engineer cleared the task.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
-import os
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Any, TypeVar
 
 from avsim.artifacts import RunLayout
+from avsim.ledger.documents import DocumentStore
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
 from avsim.phases.contract import Outcome
 
@@ -45,8 +49,9 @@ R = TypeVar("R")
 class Ledger:
     """Attempts and committed outcomes of one run, in the artifact store under ``layout``."""
 
-    def __init__(self, layout: RunLayout) -> None:
+    def __init__(self, layout: RunLayout, documents: DocumentStore | None = None) -> None:
         self.layout = layout
+        self.documents = documents or DocumentStore()
 
     # -- storage --------------------------------------------------------------------------------
     @cached_property
@@ -69,35 +74,10 @@ class Ledger:
         return ObjectStoragePath(uri)
 
     def _read(self, uri: str) -> Any | None:
-        try:
-            return json.loads(self._path(uri).read_text())
-        except FileNotFoundError:
-            return None
+        return self.documents.read(uri)
 
-    def _write(self, uri: str, data: Any, *, create_only: bool = False) -> bool:
-        """Write ``data`` as JSON. With ``create_only``, write only if absent (False when it existed)."""
-        p = self._path(uri)
-        text = json.dumps(data, sort_keys=True, default=str)
-        if not self.is_local:
-            if create_only and p.exists():
-                return False
-            p.write_text(text)
-            return True
-        os.makedirs(os.path.dirname(p.path), exist_ok=True)
-        tmp = f"{os.path.dirname(p.path)}/.{p.name}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        try:
-            if create_only:
-                os.link(tmp, p.path)  # fails if the record exists: create-if-absent
-            else:
-                os.replace(tmp, p.path)
-        except FileExistsError:
-            return False
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return True
+    def _write(self, uri: str, data: Any) -> None:
+        self.documents.put(uri, data)
 
     def _map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         if self.is_local or len(items) < 2:
@@ -115,6 +95,44 @@ class Ledger:
             return []
 
     # -- attempts -------------------------------------------------------------------------------
+    def current_uri(self, case_id: str, phase: str) -> str:
+        return f"{self.layout.ledger}/current/{case_id}/{phase}.json"
+
+    def current_attempt(self, case_id: str, phase: str) -> int | None:
+        """The attempt number last claimed for a (case, phase), or None before the first claim."""
+        doc = self._read(self.current_uri(case_id, phase))
+        return int(doc["attempt"]) if isinstance(doc, dict) and "attempt" in doc else None
+
+    def claim_attempt(self, template: AttemptRecord) -> AttemptRecord:
+        """Claim the next attempt number of ``template``'s (case, phase) and record it as started.
+
+        ``template`` carries everything but the number (its ``attempt`` is ignored); the returned
+        record has the claimed number and its attempt-scoped ``output_uri``.
+        """
+        claimed: dict[str, Any] = {}
+
+        def bump(current: Any | None) -> dict[str, Any]:
+            n = int(current["attempt"]) + 1 if isinstance(current, dict) and "attempt" in current else 1
+            claimed.clear()
+            claimed.update(
+                attempt=n,
+                try_number=template.try_number,
+                task_id=template.task_id,
+                claimed_at=dt.datetime.now(dt.UTC).isoformat(),
+            )
+            return dict(claimed)
+
+        self.documents.update(self.current_uri(template.case_id, template.phase), bump)
+        n = int(claimed["attempt"])
+        rec = _replace(
+            template,
+            attempt=n,
+            state="started",
+            output_uri=self.layout.attempt_output(template.case_id, template.phase, n),
+        )
+        self.record_attempt(rec)
+        return rec
+
     def record_attempt(self, rec: AttemptRecord) -> None:
         self._write(self.layout.attempt_record(rec.case_id, rec.phase, rec.attempt), rec.to_json())
 
@@ -135,40 +153,79 @@ class Ledger:
         return OutcomeRecord.from_json(data) if data is not None else None
 
     def commit(self, rec: OutcomeRecord) -> bool:
-        """Commit ``rec`` as the outcome of its (case, phase). True when the committed record changed."""
-        uri = self.layout.outcome_record(rec.case_id, rec.phase)
+        """Commit ``rec`` as the outcome of its (case, phase) under the rules above.
+
+        True when the committed record changed.
+        """
         where = f"phase {rec.phase!r} of case {rec.case_id!r}"
-        for _ in range(3):
-            current = self.outcome(rec.case_id, rec.phase)
-            if current is None:
-                if self._write(uri, rec.to_json(), create_only=True):
-                    log.info("%s: committed attempt %d as %s", where, rec.attempt, rec.outcome.value)
-                    return True
-                continue  # another writer got there first: apply the rules to its record
-            if current.attempt == rec.attempt:
-                log.info("%s: attempt %d is already committed; duplicate report ignored", where, rec.attempt)
-                return False
-            if current.attempt > rec.attempt:
-                log.warning(
-                    "%s: late report from abandoned attempt %d (%s) ignored; attempt %d is committed (%s)",
-                    where,
-                    rec.attempt,
-                    rec.outcome.value,
-                    current.attempt,
-                    current.outcome.value,
-                )
-                return False
-            self._write(uri, rec.to_json())
-            log.info(
-                "%s: attempt %d (%s) replaces committed attempt %d (%s)",
+        current = self.current_attempt(rec.case_id, rec.phase)
+        if current is not None and rec.attempt != current:
+            log.warning(
+                "%s: late report from abandoned attempt %d (%s) ignored; attempt %d is the current one",
                 where,
                 rec.attempt,
                 rec.outcome.value,
-                current.attempt,
-                current.outcome.value,
+                current,
             )
+            return False
+        verdict: list[str] = []
+
+        def decide(existing_doc: Any | None) -> dict[str, Any] | None:
+            verdict.clear()
+            if existing_doc is None:
+                verdict.append("first")
+                return rec.to_json()
+            existing = OutcomeRecord.from_json(existing_doc)
+            if existing.attempt == rec.attempt:
+                verdict.append("duplicate")
+                return None
+            if existing.attempt > rec.attempt:
+                verdict.extend(["late", str(existing.attempt), existing.outcome.value])
+                return None
+            if existing.outcome.produced_output:
+                verdict.extend(["result_kept", str(existing.attempt), existing.outcome.value])
+                return None
+            verdict.extend(["replaces", str(existing.attempt), existing.outcome.value])
+            return rec.to_json()
+
+        self.documents.update(self.layout.outcome_record(rec.case_id, rec.phase), decide)
+        kind = verdict[0]
+        if kind == "first":
+            log.info("%s: committed attempt %d as %s", where, rec.attempt, rec.outcome.value)
             return True
-        raise RuntimeError(f"{where}: could not commit attempt {rec.attempt} ({uri} keeps changing)")
+        if kind == "duplicate":
+            log.info("%s: attempt %d is already committed; duplicate report ignored", where, rec.attempt)
+            return False
+        if kind == "late":
+            log.warning(
+                "%s: late report from abandoned attempt %d (%s) ignored; attempt %s is committed (%s)",
+                where,
+                rec.attempt,
+                rec.outcome.value,
+                verdict[1],
+                verdict[2],
+            )
+            return False
+        if kind == "result_kept":
+            log.warning(
+                "%s: attempt %d (%s) not committed: attempt %s's result (%s) is committed and the first "
+                "committed result wins",
+                where,
+                rec.attempt,
+                rec.outcome.value,
+                verdict[1],
+                verdict[2],
+            )
+            return False
+        log.info(
+            "%s: attempt %d (%s) replaces committed attempt %s (%s)",
+            where,
+            rec.attempt,
+            rec.outcome.value,
+            verdict[1],
+            verdict[2],
+        )
+        return True
 
     def outcomes_for(
         self, case_ids: Iterable[str], phases: Iterable[str]
@@ -200,6 +257,12 @@ class Ledger:
         return dict(zip(keys, found, strict=True))
 
 
+def _replace(rec: AttemptRecord, **changes: Any) -> AttemptRecord:
+    import dataclasses
+
+    return dataclasses.replace(rec, **changes)
+
+
 def _read_path(p: Any) -> Any:
     try:
         return json.loads(p.read_text())
@@ -208,10 +271,16 @@ def _read_path(p: Any) -> Any:
 
 
 def case_outcome(phase_outcomes: Iterable[str]) -> str:
-    """The case-level outcome from its phases' outcomes."""
+    """The case-level outcome from its phases' outcomes.
+
+    A case failed for the most specific reason one of its phases gives: bad input, then a bad build,
+    then an exhausted preemption budget, then any other infrastructure failure (which includes a phase
+    that never ran); otherwise a failed scenario, otherwise passed.
+    """
     seen = set(phase_outcomes)
-    if Outcome.BAD_INPUT.value in seen:
-        return Outcome.BAD_INPUT.value
+    for specific in (Outcome.BAD_INPUT, Outcome.BAD_BUILD, Outcome.PREEMPTED):
+        if specific.value in seen:
+            return specific.value
     if seen - {Outcome.PASSED.value, Outcome.SCENARIO_FAILED.value}:
         return Outcome.INFRA_FAILED.value  # infra_failed, not run or upstream failed
     if Outcome.SCENARIO_FAILED.value in seen:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from avsim.artifacts import RunLayout
+from avsim.manifest.models import PodOverrides, RetrySpec
 from avsim.phases import contract
 
 
@@ -27,6 +28,12 @@ class PhaseRuntime:
     gpus: int = 0
     cpus: float = 1.0
     memory: str = "2Gi"
+    heartbeat_seconds: float = 30.0
+    lease_seconds: float = 300.0
+    retry: RetrySpec = field(default_factory=RetrySpec)
+    pod: PodOverrides = field(default_factory=PodOverrides)
+    #: The spec as written in the snapshot (what the cache key covers).
+    spec: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> PhaseRuntime:
@@ -40,6 +47,11 @@ class PhaseRuntime:
             gpus=int(res.get("gpus", 0)),
             cpus=float(res.get("cpus", 1)),
             memory=str(res.get("memory", "2Gi")),
+            heartbeat_seconds=float(spec.get("heartbeat_seconds", 30)),
+            lease_seconds=float(spec.get("lease_seconds", 300)),
+            retry=RetrySpec.model_validate(spec.get("retry") or {}),
+            pod=PodOverrides.model_validate(spec.get("pod") or {}),
+            spec=dict(spec),
         )
 
 
@@ -54,6 +66,10 @@ class PhaseAttempt:
     image: str
     #: upstream phase name -> committed output URI of that phase
     inputs: dict[str, str] = field(default_factory=dict)
+    #: gpu-spot | gpu-on-demand | cpu: where the attempt runs
+    node_class: str = ""
+    #: Extra environment the backend adds (heartbeat location, ...).
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def case_id(self) -> str:
@@ -83,7 +99,15 @@ class PhaseAttempt:
             contract.ENV_PARAMETERS: json.dumps(self.case.get("parameters", {}), sort_keys=True),
             contract.ENV_BUILD_ID: self.build_id,
             contract.ENV_IMAGE: self.image,
+            contract.ENV_NODE_CLASS: self.node_class,
+            contract.ENV_HEARTBEAT_SECONDS: f"{self.runtime.heartbeat_seconds:g}",
+            **self.extra_env,
         }
+
+    def with_attempt(self, attempt: int, **changes: Any) -> PhaseAttempt:
+        import dataclasses
+
+        return dataclasses.replace(self, attempt=attempt, **changes)
 
     @property
     def argv(self) -> list[str]:

@@ -1,8 +1,11 @@
-"""The phase contract: what a phase process is given and what its exit code means.
+"""The phase contract: what a phase process is given and what its ending means.
 
-The same contract holds for every backend (a local process, a Kubernetes pod):
-the phase reads its identity and artifact locations from the environment, and
-its exit code says which of four outcome classes the attempt belongs to.
+The same contract holds for every backend (a local process, a Kubernetes pod): the phase
+reads its identity and artifact locations from the environment, renews its heartbeat while
+it makes progress, and its exit code says which outcome class the attempt belongs to. What
+the platform did to the attempt (a spot reclaim, an eviction, an OOM kill, a lost node, an
+image that does not pull, a heartbeat that stopped) is classified by the backend into the
+same classes (see :class:`Outcome`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ EXIT_PASSED = 0
 EXIT_SCENARIO_FAILED = 3
 #: The phase's input is malformed (sysexits EX_DATAERR): fail fast, never retried.
 EXIT_BAD_INPUT = 65
+#: Terminated by SIGTERM (128 + 15), as a spot reclaim or a node drain ends a process: preempted.
+EXIT_TERMINATED = 143
 
 #: Environment variable names given to every phase process.
 ENV_RUN_ID = "RUN_ID"
@@ -31,6 +36,12 @@ ENV_CHECKPOINT_URI = "CHECKPOINT_URI"  # empty when the phase does not checkpoin
 ENV_PARAMETERS = "PARAMETERS"  # JSON object of the case's parameters
 ENV_BUILD_ID = "BUILD_ID"
 ENV_IMAGE = "IMAGE"
+#: Where the phase renews its heartbeat (see :mod:`avsim.phases.heartbeat`); empty: no heartbeat.
+ENV_HEARTBEAT_FILE = "AVSIM_HEARTBEAT_FILE"  # local backend: a file whose mtime is the heartbeat
+ENV_LEASE_NAME = "AVSIM_LEASE_NAME"  # kubernetes backend: a coordination.k8s.io Lease to renew
+ENV_LEASE_NAMESPACE = "AVSIM_LEASE_NAMESPACE"
+ENV_HEARTBEAT_SECONDS = "AVSIM_HEARTBEAT_SECONDS"  # how often to renew
+ENV_NODE_CLASS = "AVSIM_NODE_CLASS"  # gpu-spot | gpu-on-demand | cpu
 
 #: Variables the contract sets; a manifest's pod env may not override them.
 RESERVED_ENV = frozenset(
@@ -48,6 +59,11 @@ RESERVED_ENV = frozenset(
         ENV_PARAMETERS,
         ENV_BUILD_ID,
         ENV_IMAGE,
+        ENV_HEARTBEAT_FILE,
+        ENV_LEASE_NAME,
+        ENV_LEASE_NAMESPACE,
+        ENV_HEARTBEAT_SECONDS,
+        ENV_NODE_CLASS,
     }
 )
 
@@ -56,12 +72,28 @@ RESULT_FILE = "result.json"
 
 
 class Outcome(str, Enum):
-    """The class of one attempt's ending."""
+    """The class of one attempt's ending.
+
+    ======================  ==========================================================  ====================
+    class                   what happened                                               what avsim does
+    ======================  ==========================================================  ====================
+    ``passed``              the scenario passed                                         commit; downstream runs
+    ``scenario_failed``     the driving software failed the scenario                    commit as a result;
+                                                                                        downstream runs; no retry
+    ``bad_input``           the phase's input is malformed                              fail fast, no retry
+    ``infra_failed``        crash, OOM, timeout, lost worker, heartbeat stopped         retry (infrastructure budget)
+    ``preempted``           spot reclaim, eviction, node drain or loss                  retry (preemption budget), resume
+                                                                                        from checkpoint; on-demand after N
+    ``bad_build``           the build's image does not pull, or its breaker is open     fail fast, no retry
+    ======================  ==========================================================  ====================
+    """
 
     PASSED = "passed"
     SCENARIO_FAILED = "scenario_failed"
     BAD_INPUT = "bad_input"
     INFRA_FAILED = "infra_failed"
+    PREEMPTED = "preempted"
+    BAD_BUILD = "bad_build"
     #: Not run because an upstream phase of the case did not produce output.
     UPSTREAM_FAILED = "upstream_failed"
 
@@ -72,7 +104,12 @@ class Outcome(str, Enum):
 
     @property
     def retriable(self) -> bool:
-        return self is Outcome.INFRA_FAILED
+        return self in (Outcome.INFRA_FAILED, Outcome.PREEMPTED)
+
+    @property
+    def counts_against_build(self) -> bool:
+        """Whether the attempt is evidence of a bad build (canary gate, circuit breaker)."""
+        return self in (Outcome.INFRA_FAILED, Outcome.BAD_BUILD)
 
 
 def classify_exit_code(code: int) -> Outcome:
@@ -83,12 +120,26 @@ def classify_exit_code(code: int) -> Outcome:
         return Outcome.SCENARIO_FAILED
     if code == EXIT_BAD_INPUT:
         return Outcome.BAD_INPUT
+    if code in (EXIT_TERMINATED, -15):
+        return Outcome.PREEMPTED
     return Outcome.INFRA_FAILED
 
 
+#: Node classes: where an attempt runs (Airflow pools and Kubernetes node selectors follow them).
+NODE_SPOT = "gpu-spot"
+NODE_ON_DEMAND = "gpu-on-demand"
+NODE_CPU = "cpu"
+
+
 @dataclass(frozen=True)
-class PhaseIdentity:
-    run_id: str
-    case_id: str
-    phase: str
-    attempt: int
+class AttemptResult:
+    """How an attempt ended, as the backend saw it."""
+
+    outcome: Outcome
+    exit_code: int | None = None
+    reason: str = ""
+    #: What the platform did, in a word: crash, oom, timeout, terminated, evicted, node_shutdown,
+    #: vanished, lease_expired, image_pull, breaker_open, abandoned, reused.
+    detail: str = ""
+    #: The pod or process that ran it.
+    runner: str = ""

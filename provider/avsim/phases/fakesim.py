@@ -10,9 +10,14 @@ Every draw comes from a ``random.Random`` seeded with sha256(SEED, CASE_ID, PHAS
 The scenario verdict, bad input, the amount of work and the metrics depend on the seed only,
 so a retry gets the same result; a crash depends on ``ATTEMPT`` too, so a retry of a crashed
 attempt can pass. ``PARAMETERS`` may force an outcome per phase name, for tests and demos:
-``{"fakesim": {"simulate": "scenario_failed" | "bad_input" | "crash" | "crash_once" | "crash_before:N"}}``
-(``crash_once`` crashes attempt 1 only; ``crash_before:N`` crashes every attempt below N, like a
-node pool that stays broken until someone fixes it and reruns the phase).
+``{"fakesim": {"simulate": "scenario_failed" | "bad_input" | FAULT | FAULT_once | FAULT_before:N}}``
+where FAULT is ``crash`` (exit 1: an infrastructure failure), ``preempt`` (the process is ended by
+SIGTERM, as a spot reclaim ends it on the local backend) or ``hang`` (the process stops working and
+stops its heartbeat, and waits to be killed). ``FAULT_once`` hits attempt 1 only; ``FAULT_before:N``
+hits every attempt below N, like a node pool that stays broken until someone fixes it and reruns
+the phase. Several may be combined with ``+`` (``preempt_before:3+crash_once``).
+
+The phase renews its heartbeat (:mod:`avsim.phases.heartbeat`) from its work loop.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import json
 import os
 import random
 import re
+import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -31,9 +37,11 @@ from typing import Any, NoReturn
 
 from avsim.phases import contract
 from avsim.phases.fakesim_artifacts import DRIVING_KINDS, produce
+from avsim.phases.heartbeat import Heartbeat
 
 KINDS = ("prepare", "simulate", "perceive", "evaluate", "render", "report", "summary")
-FORCED = ("scenario_failed", "bad_input", "crash", "crash_once")
+FORCED = ("scenario_failed", "bad_input")
+FAULTS = ("crash", "preempt", "hang")
 #: Length of one sleep of the work loop, in seconds.
 STEP_SECONDS = 0.05
 _CKPT_RE = re.compile(r"ckpt-(\d+)\.json$")
@@ -121,19 +129,25 @@ class PhaseEnv:
         return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
 
     @property
-    def forced(self) -> str:
+    def forced_parts(self) -> list[str]:
         table = self.parameters.get("fakesim")
         value = table.get(self.phase, "") if isinstance(table, dict) else ""
-        if isinstance(value, str) and value.startswith("crash_before:") and value.split(":", 1)[1].isdigit():
-            return value
-        return value if value in FORCED else ""
+        return [v.strip() for v in value.split("+")] if isinstance(value, str) else []
 
     @property
-    def crash_forced(self) -> bool:
-        forced = self.forced
-        if forced.startswith("crash_before:"):
-            return self.attempt < int(forced.split(":", 1)[1])
-        return forced == "crash" or (forced == "crash_once" and self.attempt == 1)
+    def forced(self) -> str:
+        """``scenario_failed`` or ``bad_input`` when the parameters force one, else empty."""
+        return next((v for v in self.forced_parts if v in FORCED), "")
+
+    def fault_forced(self, fault: str) -> bool:
+        """Whether the parameters inject ``fault`` (crash, preempt, hang) into this attempt."""
+        for part in self.forced_parts:
+            if part == fault or (part == f"{fault}_once" and self.attempt == 1):
+                return True
+            prefix = f"{fault}_before:"
+            if part.startswith(prefix) and part[len(prefix) :].isdigit():
+                return self.attempt < int(part[len(prefix) :])
+        return False
 
 
 # -- storage (fsspec, no Airflow) --------------------------------------------------------------
@@ -204,12 +218,21 @@ def read_inputs(env: PhaseEnv) -> dict[str, Any]:
 
 
 # -- the work ----------------------------------------------------------------------------------
-def work(env: PhaseEnv, total: float, resumed: float, every: float, crash_at: float | None) -> float:
+def work(
+    env: PhaseEnv,
+    total: float,
+    resumed: float,
+    every: float,
+    crash_at: float | None,
+    heartbeat: Heartbeat | None = None,
+) -> float:
     """Do the fraction ``1 - resumed`` of ``total`` seconds of work; return the progress reached.
 
-    Stops early (returning the progress) when it reaches ``crash_at``.
+    Stops early (returning the progress) when it reaches ``crash_at``. Beats ``heartbeat`` as it goes.
     """
     progress = resumed
+    if heartbeat is not None:
+        heartbeat.beat(force=True)
     if total <= 0:
         return 1.0
     step = STEP_SECONDS / total
@@ -222,6 +245,8 @@ def work(env: PhaseEnv, total: float, resumed: float, every: float, crash_at: fl
             return crash_at
         time.sleep((target - progress) * total)
         progress = target
+        if heartbeat is not None:
+            heartbeat.beat()
         if progress >= next_ckpt and progress < 1.0:
             permille = int(progress * 1000)
             write_json(
@@ -241,11 +266,22 @@ def run(kind: str, args: argparse.Namespace, env: PhaseEnv) -> int:
         kind in DRIVING_KINDS and env.rng("scenario").random() < args.scenario_fail_rate
     )
     crash_rng = env.rng("crash", env.attempt)
-    crashes = env.crash_forced or crash_rng.random() < args.crash_rate
+    fault = next((f for f in FAULTS if env.fault_forced(f)), "")
+    if not fault:
+        draw = crash_rng.random()
+        for name, rate in (
+            ("crash", args.crash_rate),
+            ("preempt", args.preempt_rate),
+            ("hang", args.hang_rate),
+        ):
+            if draw < rate:
+                fault = name
+                break
+            draw -= rate
     total = max(0.0, args.duration * (1.0 + args.jitter * env.rng("duration").uniform(-1.0, 1.0)))
     every = args.checkpoint_every if args.checkpoint_every is not None else args.duration / 5
     resumed = latest_checkpoint(env.checkpoint_uri) if env.checkpoint_uri else 0.0
-    crash_at = resumed + crash_rng.uniform(0.05, 0.95) * (1.0 - resumed) if crashes else None
+    crash_at = resumed + crash_rng.uniform(0.05, 0.95) * (1.0 - resumed) if fault else None
     print(
         f"fakesim {kind}: case {env.case_id} phase {env.phase} attempt {env.attempt}, "
         f"{total:.2f}s of work, resuming from {resumed:.0%}",
@@ -253,10 +289,10 @@ def run(kind: str, args: argparse.Namespace, env: PhaseEnv) -> int:
     )
     artifact, content, metrics = produce(kind, env, docs, failed)
     text = content if isinstance(content, str) else json.dumps(content, indent=1, sort_keys=True) + "\n"
-    reached = work(env, total, resumed, every, crash_at)
+    reached = work(env, total, resumed, every, crash_at, Heartbeat.from_environ())
     if crash_at is not None:
         write_text(f"{env.output_uri}/{artifact}", text[: max(1, int(len(text) * reached))])
-        raise PhaseExit(1, f"simulated crash at {reached:.0%} of the work (attempt {env.attempt})")
+        inject(fault, reached, env)
     write_text(f"{env.output_uri}/{artifact}", text)
     outcome = "scenario_failed" if failed else "passed"
     result = {
@@ -281,6 +317,21 @@ def run(kind: str, args: argparse.Namespace, env: PhaseEnv) -> int:
     write_json(f"{env.output_uri}/{contract.RESULT_FILE}", result)
     print(f"fakesim {kind}: {outcome} ({artifact}, {result['work_seconds']}s of work)", flush=True)
     return contract.EXIT_SCENARIO_FAILED if failed else contract.EXIT_PASSED
+
+
+def inject(fault: str, reached: float, env: PhaseEnv) -> NoReturn:
+    """End the attempt the way ``fault`` does (see the module docstring)."""
+    where = f"at {reached:.0%} of the work (attempt {env.attempt})"
+    if fault == "preempt":
+        print(f"fakesim: simulated preemption {where}: SIGTERM", file=sys.stderr, flush=True)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)  # the signal ends the process before this returns
+    if fault == "hang":
+        print(f"fakesim: simulated hang {where}: no progress, no heartbeat", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)
+    raise PhaseExit(1, f"simulated crash {where}")
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -316,6 +367,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--jitter", type=_rate, default=0.2, metavar="FRACTION", help="duration varies by ±this")
     p.add_argument("--scenario-fail-rate", type=_rate, default=0.0, metavar="P")
     p.add_argument("--crash-rate", type=_rate, default=0.0, metavar="P")
+    p.add_argument("--preempt-rate", type=_rate, default=0.0, metavar="P", help="attempts ended by SIGTERM")
+    p.add_argument("--hang-rate", type=_rate, default=0.0, metavar="P", help="attempts that hang")
     p.add_argument("--bad-input-rate", type=_rate, default=0.0, metavar="P")
     p.add_argument(
         "--checkpoint-every",

@@ -1,0 +1,84 @@
+"""Reusing committed phase outputs: cheap reruns that do not recompute what is already known.
+
+A phase's result is a function of what it ran (the build's image digest, its command and
+arguments), what it read (the scenario and its version, the case's parameters and seed) and
+the outputs of its upstream phases. :func:`cache_key` hashes exactly that, with the upstream
+phases' own cache keys standing for their outputs, so a key names one result however many runs
+compute it. When a phase commits a result (passed or scenario_failed), the entry
+``<artifact root>/cache/<key>.json`` points at its committed output; a later attempt with the
+same key (a rerun of the failed cases, the same pins) commits that output instead of launching.
+
+Outputs are attempt-scoped and never overwritten (:mod:`avsim.ledger.store`), so an entry
+stays valid for as long as the run it points into is kept. Bump :data:`CACHE_VERSION` when a
+change makes old results unusable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from avsim.artifacts import cache_uri
+from avsim.ledger.documents import DocumentStore
+from avsim.ledger.records import OutcomeRecord
+
+CACHE_VERSION = 1
+#: The parts of a phase spec that decide its result (resources, timeouts and retries do not).
+RESULT_FIELDS = ("command", "args", "checkpoint")
+
+
+def cache_key(
+    *,
+    image: str,
+    phase: str,
+    spec: Mapping[str, Any],
+    case: Mapping[str, Any],
+    upstream_keys: Mapping[str, str],
+) -> str:
+    """The cache key of one phase of one case (hex sha256)."""
+    doc = {
+        "v": CACHE_VERSION,
+        "image_digest": image.rsplit("@", 1)[-1],
+        "phase": phase,
+        "spec": {k: spec.get(k) for k in RESULT_FIELDS},
+        "seed": case.get("seed"),
+        "scenario": [case.get("scenario_uri"), case.get("scenario_version")],
+        "parameters": case.get("parameters") or {},
+        "upstream": dict(sorted(upstream_keys.items())),
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class PhaseCache:
+    """Cache entries under one artifact root."""
+
+    def __init__(self, root: str, documents: DocumentStore | None = None) -> None:
+        self.root = root
+        self.documents = documents or DocumentStore()
+
+    def lookup(self, key: str) -> dict[str, Any] | None:
+        if not key:
+            return None
+        doc = self.documents.read(cache_uri(self.root, key))
+        return doc if isinstance(doc, dict) and doc.get("output_uri") else None
+
+    def store(self, key: str, rec: OutcomeRecord) -> bool:
+        """Record a committed result under its key; the first result stored for a key stays."""
+        if not key or not rec.outcome.produced_output:
+            return False
+        return self.documents.create(
+            cache_uri(self.root, key),
+            {
+                "key": key,
+                "outcome": rec.outcome.value,
+                "output_uri": rec.output_uri,
+                "result": rec.result,
+                "run_key": rec.run_key,
+                "case_id": rec.case_id,
+                "phase": rec.phase,
+                "attempt": rec.attempt,
+                "committed_at": rec.committed_at,
+            },
+        )

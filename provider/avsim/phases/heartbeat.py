@@ -1,0 +1,157 @@
+"""A phase's heartbeat: how a running phase tells avsim it is still making progress.
+
+The phase calls :meth:`Heartbeat.beat` from its work loop (as often as it likes: beats are
+rate-limited to ``AVSIM_HEARTBEAT_SECONDS``). A phase that stops beating for longer than its
+lease (``lease_seconds`` in the manifest) is ended as ``lease_expired``, an infrastructure
+failure that is retried: a hung simulator does not hold a GPU for the rest of its timeout.
+
+Where the beat goes depends on the backend, told by the environment:
+
+* Kubernetes (``AVSIM_LEASE_NAME``, ``AVSIM_LEASE_NAMESPACE``): a ``coordination.k8s.io/v1``
+  Lease per attempt whose ``spec.renewTime`` is renewed with one merge-patch per beat, using the
+  pod's service account (in-cluster: ``KUBERNETES_SERVICE_HOST``/``_PORT`` and the mounted token
+  and CA). ``AVSIM_KUBE_API_URL`` and ``AVSIM_KUBE_TOKEN`` override the address and token (the
+  loopback test API sets them). One shared watch on Leases lets the triggerer see every phase's
+  heartbeat without polling per phase.
+* Local (``AVSIM_HEARTBEAT_FILE``): the file's modification time, watched by the worker that
+  runs the process.
+
+This module uses only the standard library: it runs inside the simulator's container, which
+has no Airflow and no Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+
+from avsim.phases import contract
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def rfc3339_micro(when: dt.datetime | None = None) -> str:
+    """The MicroTime format Leases use: ``2026-12-07T10:00:00.123456Z``."""
+    when = when or dt.datetime.now(dt.UTC)
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Heartbeat:
+    """Renews the attempt's heartbeat at most once per ``interval`` seconds."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = max(0.0, interval)
+        self._last = float("-inf")
+        self.beats = 0
+        self.failures = 0
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Heartbeat | None:
+        env = os.environ if environ is None else environ
+        interval = float(env.get(contract.ENV_HEARTBEAT_SECONDS) or 30)
+        if env.get(contract.ENV_LEASE_NAME):
+            return LeaseHeartbeat(
+                interval,
+                name=env[contract.ENV_LEASE_NAME],
+                namespace=env.get(contract.ENV_LEASE_NAMESPACE) or _in_cluster_namespace(),
+                holder=env.get("POD_NAME") or env.get("HOSTNAME") or "",
+                api_url=env.get("AVSIM_KUBE_API_URL") or _in_cluster_url(env),
+                token=env.get("AVSIM_KUBE_TOKEN") or _in_cluster_token(),
+            )
+        if env.get(contract.ENV_HEARTBEAT_FILE):
+            return FileHeartbeat(interval, Path(env[contract.ENV_HEARTBEAT_FILE]))
+        return None
+
+    def beat(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self.interval:
+            return
+        self._last = now
+        try:
+            self._renew()
+            self.beats += 1
+        except (OSError, ValueError) as exc:
+            # A missed renewal is not fatal: the lease tolerates several; a lasting failure expires it.
+            self.failures += 1
+            print(f"avsim heartbeat: renewal failed: {exc}", file=sys.stderr, flush=True)
+
+    def _renew(self) -> None:
+        raise NotImplementedError
+
+
+class FileHeartbeat(Heartbeat):
+    def __init__(self, interval: float, path: Path) -> None:
+        super().__init__(interval)
+        self.path = path
+
+    def _renew(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.touch()
+        os.utime(self.path)
+
+
+class LeaseHeartbeat(Heartbeat):
+    def __init__(
+        self, interval: float, *, name: str, namespace: str, holder: str, api_url: str, token: str
+    ) -> None:
+        super().__init__(interval)
+        self.name = name
+        self.namespace = namespace
+        self.holder = holder
+        self.api_url = api_url.rstrip("/")
+        self.token = token
+
+    @property
+    def url(self) -> str:
+        return f"{self.api_url}/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}"
+
+    def _renew(self) -> None:
+        spec: dict[str, object] = {"renewTime": rfc3339_micro()}
+        if self.holder:
+            spec["holderIdentity"] = self.holder
+        body = json.dumps({"spec": spec}).encode()
+        req = urllib.request.Request(self.url, data=body, method="PATCH")
+        req.add_header("Content-Type", "application/merge-patch+json")
+        req.add_header("Accept", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        context = None
+        if self.api_url.startswith("https://"):
+            ca = SERVICE_ACCOUNT_DIR / "ca.crt"
+            context = ssl.create_default_context(cafile=str(ca) if ca.exists() else None)
+        try:
+            with urllib.request.urlopen(req, timeout=10, context=context) as resp:
+                resp.read()
+        except urllib.error.HTTPError as exc:
+            raise OSError(f"PATCH {self.url}: HTTP {exc.code}") from None
+
+
+def _in_cluster_url(env: Mapping[str, str]) -> str:
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
+    if not host:
+        return ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    return f"https://{host}:{port}"
+
+
+def _in_cluster_token() -> str:
+    try:
+        return (SERVICE_ACCOUNT_DIR / "token").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _in_cluster_namespace() -> str:
+    try:
+        return (SERVICE_ACCOUNT_DIR / "namespace").read_text().strip()
+    except OSError:
+        return "default"
