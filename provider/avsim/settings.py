@@ -7,21 +7,42 @@ variables ``AIRFLOW__AVSIM__<KEY>`` override as for any Airflow option).
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from avsim.errors import ConfigError
 
 #: The phase backends this version ships.
-BACKENDS = ("local",)
+BACKENDS = ("local", "kubernetes")
+
+#: Where each node class's pods go by default: a node label and the taints those nodes carry.
+DEFAULT_NODE_CLASSES = {
+    "gpu-spot": {
+        "node_selector": {"avsim.io/node-class": "gpu-spot"},
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "avsim.io/spot", "operator": "Exists", "effect": "NoSchedule"},
+        ],
+    },
+    "gpu-on-demand": {
+        "node_selector": {"avsim.io/node-class": "gpu-on-demand"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    },
+    "cpu": {"node_selector": {"avsim.io/node-class": "cpu"}, "tolerations": []},
+}
+#: Kubernetes PriorityClass of each run class's pods: the weekly run's pods also win on the cluster.
+DEFAULT_PRIORITY_CLASSES = {"canary": "avsim-canary", "weekly": "avsim-weekly", "adhoc": "avsim-adhoc"}
 
 #: option -> (default, type, description)
 OPTIONS: dict[str, tuple[str, str, str]] = {
     "backend": (
         "local",
         "string",
-        "Where phases run: 'local' (a process on the worker, the embedded default).",
+        "Where phases run: 'local' (a process on the worker, the embedded default) or 'kubernetes' "
+        "(a pod per attempt, through the kubernetes_* options).",
     ),
     "artifact_root": (
         "",
@@ -44,9 +65,148 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     "gpu_spot_pool": ("avsim_gpu_spot", "string", "Airflow pool of GPU phases on spot nodes."),
     "gpu_on_demand_pool": ("avsim_gpu_on_demand", "string", "Airflow pool of GPU phases on on-demand nodes."),
     "cpu_pool": ("avsim_cpu", "string", "Airflow pool of CPU phases."),
+    "on_demand_fallback": (
+        "True",
+        "boolean",
+        "GPU phases preempted on_demand_after_preemptions times on spot nodes move to on-demand nodes "
+        "(their twin task <phase>_on_demand in the on-demand pool).",
+    ),
+    "reuse_outputs": (
+        "True",
+        "boolean",
+        "A phase whose cache key (build digest, phase spec, inputs, seed) matches a committed result "
+        "reuses it instead of launching (cheap reruns).",
+    ),
+    "kubernetes_conn_id": (
+        "kubernetes_default",
+        "string",
+        "Airflow connection of the cluster phases run on.",
+    ),
+    "kubernetes_namespace": ("avsim", "string", "Namespace of the phase pods and their Leases."),
+    "kubernetes_service_account": (
+        "avsim-phase",
+        "string",
+        "Service account of phase pods (it needs only 'patch' on coordination.k8s.io leases).",
+    ),
+    "kubernetes_node_classes": (
+        json.dumps(DEFAULT_NODE_CLASSES),
+        "string",
+        "JSON: node class (gpu-spot, gpu-on-demand, cpu) -> {node_selector, tolerations} of its pods.",
+    ),
+    "kubernetes_priority_classes": (
+        json.dumps(DEFAULT_PRIORITY_CLASSES),
+        "string",
+        "JSON: run class (canary, weekly, adhoc) -> Kubernetes PriorityClass of its pods ('' for none).",
+    ),
+    "kubernetes_deferrable": (
+        "True",
+        "boolean",
+        "Wait for pods in the triggerer (one shared watch per namespace).",
+    ),
+    "kubernetes_startup_timeout_seconds": (
+        "3600",
+        "integer",
+        "How long a pod may stay Pending (waiting for a node) before the attempt is an infrastructure failure.",
+    ),
+    "kubernetes_run_as_user": ("1000", "integer", "UID phase containers run as (never root)."),
     "shard_poll_seconds": ("10", "float", "How often the parent run checks its shard runs."),
     "max_manifest_bytes": ("67108864", "integer", "Largest manifest accepted, in bytes."),
+    "deadline_interval_seconds": (
+        "300",
+        "float",
+        "How often the deadline tracker re-estimates the run's finish.",
+    ),
+    "deadline_default_hours": (
+        "156",
+        "float",
+        "The Deadline Alert's deadline of a run whose conf gives no 'deadline': this many hours after "
+        "the run's run_after (156: Monday 06:00 to Sunday 18:00).",
+    ),
+    "deadline_api_conn_id": (
+        "",
+        "string",
+        "Airflow connection of the Airflow REST API (host, login, password) the tracker raises the GPU "
+        "spot pool through. Empty: never change pools.",
+    ),
+    "deadline_max_gpu_slots": (
+        "0",
+        "integer",
+        "Most slots the tracker may give the GPU spot pool (0: never raise).",
+    ),
+    "deadline_aws_conn_id": (
+        "aws_default",
+        "string",
+        "AWS connection of the EKS cluster the tracker scales.",
+    ),
+    "deadline_eks_cluster": (
+        "",
+        "string",
+        "EKS cluster of the GPU spot node group. Empty: never scale nodes.",
+    ),
+    "deadline_eks_nodegroup": ("", "string", "EKS managed node group of the GPU spot nodes."),
+    "deadline_eks_max_nodes": (
+        "0",
+        "integer",
+        "Largest desired size the tracker may give the node group (0: never).",
+    ),
+    "deadline_gpus_per_node": ("1", "integer", "GPUs per node of that node group."),
 }
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    conn_id: str = "kubernetes_default"
+    namespace: str = "avsim"
+    service_account: str = "avsim-phase"
+    node_classes: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_NODE_CLASSES))
+    priority_classes: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
+    deferrable: bool = True
+    startup_timeout_seconds: int = 3600
+    run_as_user: int = 1000
+
+    def __post_init__(self) -> None:
+        missing = {"gpu-spot", "gpu-on-demand", "cpu"} - set(self.node_classes)
+        if missing:
+            raise ConfigError(
+                f"[avsim] kubernetes_node_classes has no entry for {sorted(missing)}; give each node class "
+                "its node_selector and tolerations"
+            )
+        for name, spec in self.node_classes.items():
+            if not isinstance(spec, dict) or set(spec) - {"node_selector", "tolerations"}:
+                raise ConfigError(
+                    f"[avsim] kubernetes_node_classes[{name!r}] must be an object with node_selector and "
+                    "tolerations only"
+                )
+        if self.run_as_user <= 0:
+            raise ConfigError("[avsim] kubernetes_run_as_user must be a non-root UID (> 0)")
+
+
+@dataclass(frozen=True)
+class DeadlineSettings:
+    """``[avsim] deadline_*``: the Deadline Alert and the deadline tracker (estimating always; acting off)."""
+
+    interval_seconds: float = 300.0
+    default_hours: float = 156.0
+    api_conn_id: str = ""
+    max_gpu_slots: int = 0
+    aws_conn_id: str = "aws_default"
+    eks_cluster: str = ""
+    eks_nodegroup: str = ""
+    eks_max_nodes: int = 0
+    gpus_per_node: int = 1
+
+    def __post_init__(self) -> None:
+        if not 5 <= self.interval_seconds <= 86_400:
+            raise ConfigError(f"[avsim] deadline_interval_seconds = {self.interval_seconds}; use 5..86400")
+        if self.default_hours <= 0:
+            raise ConfigError(f"[avsim] deadline_default_hours = {self.default_hours}; use a positive number")
+        if self.max_gpu_slots < 0 or self.eks_max_nodes < 0 or self.gpus_per_node < 1:
+            raise ConfigError(
+                "[avsim] deadline_max_gpu_slots and deadline_eks_max_nodes must be >= 0 and "
+                "deadline_gpus_per_node >= 1"
+            )
+        if bool(self.eks_cluster) != bool(self.eks_nodegroup):
+            raise ConfigError("[avsim] set both deadline_eks_cluster and deadline_eks_nodegroup, or neither")
 
 
 @dataclass(frozen=True)
@@ -60,8 +220,12 @@ class AvsimSettings:
     gpu_spot_pool: str = "avsim_gpu_spot"
     gpu_on_demand_pool: str = "avsim_gpu_on_demand"
     cpu_pool: str = "avsim_cpu"
+    on_demand_fallback: bool = True
+    reuse_outputs: bool = True
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     shard_poll_seconds: float = 10.0
     max_manifest_bytes: int = 64 * 2**20
+    deadline: DeadlineSettings = field(default_factory=DeadlineSettings)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -89,6 +253,25 @@ class AvsimSettings:
         return str(Path(folder) / "avsim_graphs.yaml")
 
 
+def _json_object(key: str, value: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(value)
+    except ValueError as exc:
+        raise ConfigError(f"[avsim] {key} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"[avsim] {key} must be a JSON object")
+    return doc
+
+
+def _boolean(value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"{value!r} is not a boolean (use True or False)")
+
+
 def load_settings() -> AvsimSettings:
     """Read ``[avsim]`` from Airflow's configuration (and its environment overrides)."""
     from airflow.configuration import conf
@@ -108,8 +291,33 @@ def load_settings() -> AvsimSettings:
             gpu_spot_pool=get("gpu_spot_pool"),
             gpu_on_demand_pool=get("gpu_on_demand_pool"),
             cpu_pool=get("cpu_pool"),
+            on_demand_fallback=_boolean(get("on_demand_fallback")),
+            reuse_outputs=_boolean(get("reuse_outputs")),
+            kubernetes=KubernetesSettings(
+                conn_id=get("kubernetes_conn_id"),
+                namespace=get("kubernetes_namespace"),
+                service_account=get("kubernetes_service_account"),
+                node_classes=_json_object("kubernetes_node_classes", get("kubernetes_node_classes")),
+                priority_classes=_json_object(
+                    "kubernetes_priority_classes", get("kubernetes_priority_classes")
+                ),
+                deferrable=_boolean(get("kubernetes_deferrable")),
+                startup_timeout_seconds=int(get("kubernetes_startup_timeout_seconds")),
+                run_as_user=int(get("kubernetes_run_as_user")),
+            ),
             shard_poll_seconds=float(get("shard_poll_seconds")),
             max_manifest_bytes=int(get("max_manifest_bytes")),
+            deadline=DeadlineSettings(
+                interval_seconds=float(get("deadline_interval_seconds")),
+                default_hours=float(get("deadline_default_hours")),
+                api_conn_id=get("deadline_api_conn_id"),
+                max_gpu_slots=int(get("deadline_max_gpu_slots")),
+                aws_conn_id=get("deadline_aws_conn_id"),
+                eks_cluster=get("deadline_eks_cluster"),
+                eks_nodegroup=get("deadline_eks_nodegroup"),
+                eks_max_nodes=int(get("deadline_eks_max_nodes")),
+                gpus_per_node=int(get("deadline_gpus_per_node")),
+            ),
         )
     except ValueError as exc:
         raise ConfigError(f"[avsim] has a value of the wrong type: {exc}") from exc

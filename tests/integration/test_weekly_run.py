@@ -93,11 +93,21 @@ def test_weekly_run_runs_every_phase_once_in_order(stack: LocalStack) -> None:
     expected = {
         (f"{c['graph']}.{ph}", c["id"]) for c in doc["cases"] for ph in plan.family(c["graph"]).phase_names
     }
-    seen = {(t.task_id, t.rendered_map_index) for t in tis}
-    assert seen == expected
-    assert all(t.state == "success" and t.try_number == 1 for t in tis), [
-        t for t in tis if t.state != "success"
+    twins = {
+        (f"{c['graph']}.{ph.on_demand_task}", c["id"])
+        for c in doc["cases"]
+        for ph in plan.family(c["graph"]).phases
+        if ph.on_demand_fallback
+    }
+    assert twins, "GPU phases have an on-demand twin"
+    by_key = {(t.task_id, t.rendered_map_index): t for t in tis}
+    assert set(by_key) == expected | twins
+    phase_tis = [by_key[k] for k in expected]
+    assert all(t.state == "success" and t.try_number == 1 for t in phase_tis), [
+        t for t in phase_tis if t.state != "success"
     ]
+    # Nobody was preempted: every spot task skipped its on-demand twin, which never ran.
+    assert {by_key[k].state for k in twins} == {"skipped"}
 
     # The ledger: one attempt per (case, phase), each starting after its upstream phases ended.
     layout = RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for("avsim_weekly", run_id))
@@ -274,7 +284,7 @@ def test_clearing_a_failed_phase_in_a_shard_run_reruns_it(stack: LocalStack) -> 
     tries_after = query(
         stack,
         "SELECT task_id, try_number, state FROM task_instance WHERE dag_id = 'avsim_weekly_shard' "
-        "AND run_id = :r AND map_index = :m AND task_id LIKE 'standard.%'",
+        "AND run_id = :r AND map_index = :m AND task_id LIKE 'standard.%' AND task_id NOT LIKE '%_on_demand'",
         r=shard_run,
         m=map_index,
     )

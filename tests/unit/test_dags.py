@@ -45,15 +45,31 @@ def test_shard_dag_has_one_mapped_group_per_family(dagbag) -> None:
 
     plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml")
     dag = dagbag.dags["avsim_weekly_shard"]
-    assert dag.max_active_runs == plan.max_active_shards
+    assert dag.max_active_runs == plan.max_active_shards + 1  # the window, plus the canary shard run
+    assert dag.max_active_tasks >= 2 * plan.shard_size
     for fam in plan.families:
         group = dag.task_group_dict[fam.group_id]
         assert type(group).__name__ == "MappedTaskGroup"
         for ph in fam.phases:
             t = dag.task_dict[f"{fam.group_id}.{ph.name}"]
             assert t.pool == ph.pool and t.pool_slots == ph.pool_slots
-            assert t.priority_weight == ph.priority_weight and t.retries == ph.retries
+            assert t.priority_weight == ph.path_weight
+            assert type(t.weight_rule).__name__ == "WeeklyCriticalPathPriority"
             assert {f"{fam.group_id}.{u}" for u in ph.upstream} <= t.upstream_task_ids
+            if ph.resource_class == "gpu":
+                # Spot task with its budgets, and an on-demand twin that runs only when the spot task
+                # hands over (it ends skipped after too many preemptions).
+                assert ph.on_demand_fallback
+                twin = dag.task_dict[f"{fam.group_id}.{ph.name}_on_demand"]
+                assert twin.pool == ph.on_demand_pool and twin.trigger_rule == "none_failed"
+                assert t.task_id in twin.upstream_task_ids and t.inherits_from_skipmixin
+                assert t.retries == ph.retries + ph.on_demand_after_preemptions
+                assert twin.retries == ph.retries + ph.preemption_retries - ph.on_demand_after_preemptions
+                for down in t.downstream_task_ids - {twin.task_id, "summarize"}:
+                    assert twin.task_id in dag.task_dict[down].upstream_task_ids
+                    assert dag.task_dict[down].trigger_rule == "none_failed_min_one_success"
+            else:
+                assert t.retries == ph.retries + ph.preemption_retries
         assert f"cases_{fam.name}" in dag.task_dict
         assert "summarize" in dag.task_dict[f"{fam.group_id}.{fam.phases[-1].name}"].downstream_task_ids
     assert dag.task_dict["summarize"].trigger_rule == "all_done"

@@ -109,9 +109,15 @@ def test_assign_families_and_cut_shards() -> None:
     m = _manifest(130)
     fams = assign_families(m, plan)
     assert len(fams) == 130 and set(fams) <= set(plan.family_names)
-    shards = cut_shards(m, fams, plan.shard_size)
-    assert [s.case_count for s in shards] == [40, 40, 40, 10]
+    canary, shards = cut_shards(m, fams, plan.shard_size)
+    assert canary is None and [s.case_count for s in shards] == [40, 40, 40, 10]
+    assert [s.index for s in shards] == [1, 2, 3, 4]
     ids = [c["case_id"] for s in shards for entries in s.by_family.values() for c in entries]
+    assert sorted(ids) == sorted(c.id for c in m.cases)
+    canary, rest = cut_shards(m, fams, plan.shard_size, canary=[0, 5, 129])
+    assert canary is not None and canary.index == 0 and canary.case_count == 3
+    assert [s.case_count for s in rest] == [40, 40, 40, 7]
+    ids = [c["case_id"] for s in [canary, *rest] for entries in s.by_family.values() for c in entries]
     assert sorted(ids) == sorted(c.id for c in m.cases)
     again = ShardPlan.from_json(shards[1].to_json())
     assert again == shards[1]

@@ -21,7 +21,7 @@ def week(tmp_path: Path):
     settings = AvsimSettings(shard_size=10, artifact_root=f"file://{tmp_path / 'artifacts'}")
     plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml", settings)
     manifest = tmp_path / "week.json"
-    manifest.write_text(json.dumps(sample_manifest(25)))
+    manifest.write_text(json.dumps(sample_manifest(25, canary={"share": 0.1, "min_cases": 4})))
     return settings, plan, manifest
 
 
@@ -29,13 +29,28 @@ def test_prepare_cuts_the_week_into_shard_runs_and_is_idempotent(week) -> None:
     settings, plan, manifest = week
     kw = dict(plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__1")
     first = tasks.prepare_week(source=str(manifest), **kw)
-    assert [s["shard"] for s in first["shards"]] == [0, 1, 2]
-    assert [s["trigger_run_id"] for s in first["shards"]] == [f"manual__1__shard_000{k}" for k in range(3)]
+    # A canary of 4 cases (10 % of 25, at least 4) as shard 0, the other 21 in shards 1..3.
+    canary = first["canary"]
+    assert (
+        canary["shard"] == 0 and canary["trigger_run_id"] == "manual__1__canary" and len(canary["cases"]) == 4
+    )
+    assert [s["shard"] for s in first["shards"]] == [1, 2, 3]
+    assert [s["trigger_run_id"] for s in first["shards"]] == [f"manual__1__shard_000{k}" for k in (1, 2, 3)]
     assert first["run"]["case_count"] == 25 and len(first["run"]["manifest_sha256"]) == 64
+    assert first["run"]["canary_count"] == 4 and first["run"]["shard_count"] == 3
     assert tasks.prepare_week(source=str(manifest), **kw) == first  # a retry of prepare
-    loaded = [tasks.load_shard(s["conf"], plan) for s in first["shards"]]
+    loaded = [tasks.load_shard(s["conf"], plan) for s in [canary, *first["shards"]]]
     ids = [c["case_id"] for part in loaded for f in plan.families for c in part[f"cases_{f.name}"]]
     assert sorted(ids) == [f"case-{i:05d}" for i in range(1, 26)]
+    assert set(canary["cases"]) == {c["case_id"] for f in plan.families for c in loaded[0][f"cases_{f.name}"]}
+    # What the run plans (for the deadline tracker and the UI) and which run is this ISO week's.
+    root = Path(settings.resolved_artifact_root.removeprefix("file://"))
+    key = first["run"]["run_key"]
+    planned = json.loads((root / "runs" / key / "manifest" / "plan.json").read_text())
+    assert planned["cases"] == 25 and planned["canary_cases"] == 4 and planned["gpu_seconds"] > 0
+    assert sum(v["cases"] for k, v in planned["per_phase"].items() if k.endswith(".prepare")) == 25
+    week_doc = json.loads((root / "weeks" / f"{first['run']['iso_week']}.json").read_text())
+    assert week_doc["run_key"] == key
     # The snapshot is immutable: another manifest under the same run is refused.
     other = manifest.with_name("other.json")
     other.write_text(json.dumps(sample_manifest(25, seed=99)))
@@ -56,7 +71,7 @@ def test_summarize_counts_cases_that_never_ran_as_infrastructure(week) -> None:
         source=str(manifest), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__2"
     )
     counts = tasks.summarize(prepared["shards"][2]["conf"], plan)
-    assert counts == {"cases": 5, "passed": 0, "scenario_failed": 0, "bad_input": 0, "infra_failed": 5}
+    assert counts == {"cases": 1, "passed": 0, "scenario_failed": 0, "bad_input": 0, "infra_failed": 1}
 
 
 def test_no_manifest_for_the_scheduled_run_names_the_setting() -> None:

@@ -19,17 +19,19 @@ from airflow.sdk import DAG, get_current_context, task, task_group
 from avsim.dagbuild import tasks
 from avsim.errors import ManifestError
 from avsim.operators.phase import AvsimPhaseOperator, LocalPhaseOperator
-from avsim.plan.model import FamilyPlan, WeeklyPlan
+from avsim.operators.retry import ROLE_ON_DEMAND, ROLE_REGULAR, ROLE_SPOT, PhaseRetryPolicy, task_retries
+from avsim.plan.model import FamilyPlan, PhasePlan, WeeklyPlan
 from avsim.settings import AvsimSettings
 
 START_DATE = dt.datetime(2026, 1, 5, tzinfo=dt.UTC)  # a Monday
 
 
-def phase_operator_class(settings: AvsimSettings) -> type[AvsimPhaseOperator]:
+def phase_operator_class(settings: AvsimSettings) -> type[Any]:
+    """The operator of the configured backend (``[avsim] backend``); both take the same phase arguments."""
     if settings.backend == "kubernetes":
-        raise NotImplementedError(
-            "the kubernetes backend is not available in this version; use backend = local"
-        )
+        from avsim.operators.kubernetes import KubernetesPhaseOperator
+
+        return KubernetesPhaseOperator
     return LocalPhaseOperator
 
 
@@ -42,32 +44,69 @@ def retry_kwargs(retries: int, delay: float, backoff: float, max_delay: float) -
     }
 
 
-def _family_group(family: FamilyPlan, run: Any, operator: type[AvsimPhaseOperator]) -> Any:
+def phase_task_kwargs(phase: PhasePlan, role: str, run_class: str) -> dict[str, Any]:
+    """Pool, slots, priority and retries of one phase task (a spot task, its on-demand twin, or a regular one).
+
+    ``retries`` covers every failure the class budgets allow (:func:`avsim.operators.retry.task_retries`);
+    the phase's lifecycle fails fast when one class's budget is used up, and :class:`PhaseRetryPolicy`
+    gives each retry its class's delay. The task's ``retry_delay`` (the infrastructure delay) is what
+    Airflow uses when the scheduler itself retries a try whose worker was lost.
+    """
+    from avsim.priority import strategy_for
+
+    retries = task_retries(role, phase.retries, phase.preemption_retries, phase.on_demand_after_preemptions)
+    return {
+        "pool": phase.on_demand_pool if role == ROLE_ON_DEMAND else phase.pool,
+        "pool_slots": phase.pool_slots,
+        "priority_weight": phase.path_weight,
+        "weight_rule": strategy_for(run_class),
+        "retry_policy": PhaseRetryPolicy(),
+        "role": role,
+        "gpus": phase.gpus,
+        **retry_kwargs(
+            retries, phase.retry_delay_seconds, phase.retry_backoff, phase.max_retry_delay_seconds
+        ),
+    }
+
+
+def _family_group(
+    family: FamilyPlan, run: Any, operator: type[AvsimPhaseOperator], run_class: str, reuse_outputs: bool
+) -> Any:
     @task_group(group_id=family.group_id, tooltip=f"graph {family.name}: one map index per case")
     def group(case: Any) -> None:
-        created: dict[str, AvsimPhaseOperator] = {}
+        # phase name -> the tasks whose committed output is the phase's result (one, or spot + twin)
+        produced_by: dict[str, list[AvsimPhaseOperator]] = {}
         for phase in family.phases:
-            created[phase.name] = operator(
-                task_id=phase.name,
-                phase=phase.name,
-                case=case,
-                run=run,
-                upstream_phases={up: f"{family.group_id}.{up}" for up in phase.upstream},
-                pool=phase.pool,
-                pool_slots=phase.pool_slots,
-                priority_weight=phase.priority_weight,
-                weight_rule="absolute",
-                map_index_template="{{ task.case.case_id }}",
-                **retry_kwargs(
-                    phase.retries,
-                    phase.retry_delay_seconds,
-                    phase.retry_backoff,
-                    phase.max_retry_delay_seconds,
-                ),
-            )
-        for phase in family.phases:
+            ups = {
+                up: [f"{family.group_id}.{t.task_id.rsplit('.', 1)[-1]}" for t in produced_by[up]]
+                for up in phase.upstream
+            }
+            twin_upstream = any(len(produced_by[up]) > 1 for up in phase.upstream)
+            common: dict[str, Any] = {
+                "phase": phase.name,
+                "case": case,
+                "run": run,
+                "upstream_phases": ups,
+                "reuse_outputs": reuse_outputs,
+                "map_index_template": "{{ task.case.case_id }}",
+                # An upstream phase with an on-demand twin ends skipped on one of its two tasks.
+                "trigger_rule": "none_failed_min_one_success" if twin_upstream else "all_success",
+            }
+            role = ROLE_SPOT if phase.on_demand_fallback else ROLE_REGULAR
+            main = operator(task_id=phase.name, **common, **phase_task_kwargs(phase, role, run_class))
             for up in phase.upstream:
-                created[up] >> created[phase.name]
+                for t in produced_by[up]:
+                    t >> main
+            produced_by[phase.name] = [main]
+            if phase.on_demand_fallback:
+                twin = operator(
+                    task_id=phase.on_demand_task,
+                    # Runs when the spot task handed over (skipped); the spot task skips it otherwise.
+                    **{**common, "trigger_rule": "none_failed"},
+                    **phase_task_kwargs(phase, ROLE_ON_DEMAND, run_class),
+                )
+                main >> twin
+                produced_by[phase.name].append(twin)
 
     return group
 
@@ -89,8 +128,10 @@ def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> D
         schedule=None,
         start_date=START_DATE,
         catchup=False,
-        max_active_runs=plan.max_active_shards,
-        max_active_tasks=max(16, plan.max_active_shards * 16),
+        # The parent's window allows W shard runs, plus the week's canary shard run.
+        max_active_runs=plan.max_active_shards + 1,
+        # Per shard run: every case may have a phase running (or two, on parallel branches).
+        max_active_tasks=max(16, 2 * plan.shard_size),
         is_paused_upon_creation=False,
         tags=["avsim", "avsim-shard"],
         doc_md="A shard of an avsim weekly run: started by the weekly DAG, one mapped group per graph family.",
@@ -115,6 +156,8 @@ def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> D
 
             cases = family_cases()
             run >> cases
-            groups = _family_group(family, run, operator).expand(case=cases)
+            groups = _family_group(family, run, operator, plan.run_class, settings.reuse_outputs).expand(
+                case=cases
+            )
             groups >> done
     return dag

@@ -10,7 +10,7 @@ import datetime as dt
 import logging
 from typing import Any
 
-from avsim.artifacts import RunLayout, safe_key
+from avsim.artifacts import RunLayout, safe_key, week_index_uri
 from avsim.errors import AvsimError, ManifestError, Problem
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import ShardPlan, assign_families, cut_shards
@@ -29,6 +29,13 @@ def run_key_for(dag_id: str, run_id: str) -> str:
 
 def shard_run_id(parent_run_id: str, shard: int) -> str:
     return f"{parent_run_id}__shard_{shard:04d}"
+
+
+def canary_run_id(parent_run_id: str) -> str:
+    """The canary's shard run (the priority strategy ranks runs ending in ``__canary`` first)."""
+    from avsim.priority import CANARY_RUN_SUFFIX
+
+    return f"{parent_run_id}{CANARY_RUN_SUFFIX}"
 
 
 def manifest_source(params: dict[str, Any], settings: AvsimSettings, when: dt.datetime | None) -> str:
@@ -60,24 +67,35 @@ def prepare_week(
     dag_id: str,
     run_id: str,
 ) -> dict[str, Any]:
-    """Load and check the manifest, snapshot it, cut it into shards and describe the shard runs.
+    """Load and check the manifest, snapshot it, pick the canary, cut the rest into shards, and
+    describe the shard runs.
 
     Idempotent: a retry finds the same snapshot and shard files and returns the same answer;
     a different manifest under the same run is refused (the snapshot is immutable).
     """
     from avsim.manifest.loader import load_manifest
     from avsim.manifest.snapshot import write_snapshot
+    from avsim.plan.canary import select_canary
+    from avsim.plan.shards import CANARY_SHARD, planned_work
 
     loaded = load_manifest(source, max_bytes=settings.max_manifest_bytes)
     manifest = loaded.manifest
     families = assign_families(manifest, plan)
     layout = RunLayout(settings.resolved_artifact_root, run_key_for(dag_id, run_id))
     snapshot = write_snapshot(loaded, layout)
-    shards = cut_shards(manifest, families, plan.shard_size)
-    for shard in shards:
+    spec = manifest.run.canary
+    canary_ix = (
+        select_canary([c.id for c in manifest.cases], families, spec.share, spec.min_cases)
+        if spec.enabled
+        else []
+    )
+    canary_shard, shards = cut_shards(manifest, families, plan.shard_size, canary_ix)
+    for shard in ([canary_shard] if canary_shard else []) + shards:
         uri = layout.shard_cases(shard.index)
         if not exists(uri):
             write_json(uri, shard.to_json())
+    work = planned_work(manifest, families)
+    write_json(layout.plan_uri, {**work, "canary_cases": len(canary_ix), "shards": len(shards)})
     run = {
         "run_key": layout.run_key,
         "artifact_root": layout.root,
@@ -91,18 +109,51 @@ def prepare_week(
         "iso_week": manifest.run.iso_week,
         "case_count": len(manifest.cases),
         "shard_count": len(shards),
+        "canary_count": len(canary_ix),
+        "rerun_of": manifest.run.rerun_of,
     }
+    if manifest.run.run_class.value == "weekly":
+        write_json(
+            week_index_uri(layout.root, manifest.run.iso_week),
+            {
+                "run_key": layout.run_key,
+                "run_id": run_id,
+                "dag_id": dag_id,
+                "build_id": manifest.run.build.build_id,
+                "image": manifest.run.build.image,
+                "manifest_sha256": snapshot.sha256,
+                "prepared_at": dt.datetime.now(dt.UTC).isoformat(),
+            },
+        )
+    canary: dict[str, Any] = {}
+    if canary_shard is not None:
+        canary = {
+            "shard": CANARY_SHARD,
+            "threshold": spec.max_failure_rate,
+            "cases": {
+                c["case_id"]: list(plan.family(fam).phase_names)
+                for fam, entries in canary_shard.by_family.items()
+                for c in entries
+            },
+            "trigger_run_id": canary_run_id(run_id),
+            "conf": {"run": run, "shard": CANARY_SHARD},
+        }
     log.info(
-        "week %s: %d cases in %d shards of at most %d (build %s, manifest sha256 %s)",
+        "week %s: %d cases, canary %d, %d shards of at most %d (build %s, manifest sha256 %s)",
         manifest.run.iso_week,
         len(manifest.cases),
+        len(canary_ix),
         len(shards),
         plan.shard_size,
         manifest.run.build.build_id,
         snapshot.sha256,
     )
+    shard_inputs = {f"shard_{s.index:05d}": layout.shard_dir(s.index) for s in shards}
+    if canary_shard is not None:
+        shard_inputs[f"shard_{CANARY_SHARD:05d}"] = layout.shard_dir(CANARY_SHARD)
     return {
         "run": run,
+        "canary": canary,
         "shards": [
             {
                 "shard": s.index,
@@ -111,7 +162,7 @@ def prepare_week(
             }
             for s in shards
         ],
-        "shard_inputs": {f"shard_{s.index:05d}": layout.shard_dir(s.index) for s in shards},
+        "shard_inputs": shard_inputs,
     }
 
 

@@ -1,9 +1,11 @@
 """Plan -> the parent weekly DAG, which feeds the shard DAG (:mod:`avsim.dagbuild.shard_dag`).
 
-``<prefix>`` (scheduled weekly): ``prepare`` snapshots the manifest and cuts the week into
-shards; the mapped ``shards`` task starts one shard run per map index and waits for it
-(deferred), at most ``max_active_shards`` at once; the run-level phases and the ``report``
-run after every shard.
+``<prefix>`` (scheduled weekly): ``prepare`` snapshots the manifest, picks the canary and cuts
+the rest of the week into shards; ``canary`` runs the canary's shard run first, at the highest
+priority, while ``canary_gate`` (a deferrable sensor) watches its first attempts; when the gate
+passes, the mapped ``shards`` task starts one shard run per map index and waits for it
+(deferred), at most ``max_active_shards`` at once, and none once the build's circuit breaker is
+open; the run-level phases and the ``report`` run after every shard.
 
 Only the plan (the graph catalog) shapes these DAGs; no case is read at parse time.
 """
@@ -19,8 +21,12 @@ from avsim.dagbuild import tasks
 from avsim.dagbuild.shard_dag import START_DATE, phase_operator_class, retry_kwargs
 from avsim.errors import ManifestError
 from avsim.operators.phase import AvsimPhaseOperator
+from avsim.operators.retry import PhaseRetryPolicy
 from avsim.operators.shard import ShardRunOperator
 from avsim.plan.model import WeeklyPlan
+from avsim.plan.shards import CANARY_SHARD
+from avsim.priority import CANARY_RUN_SUFFIX
+from avsim.sensors.canary_gate import CanaryGateSensor
 from avsim.settings import AvsimSettings
 
 WEEKLY_SCHEDULE = "0 6 * * 1"  # Mondays 06:00 UTC
@@ -28,10 +34,12 @@ PARENT_DOC = """
 ### avsim weekly regression run
 
 Trigger with **manifest** set to a path or URI of a weekly manifest (YAML or JSON); the
-scheduled run uses `[avsim] default_manifest`. The mapped `shards` task holds one map index
-per shard run, at most `[avsim] max_active_shards` at once (open *Triggered DAG* to see a
-shard's cases); failed phases are cleared in the shard run, then `report` here is cleared
-to refresh the weekly report.
+scheduled run uses `[avsim] default_manifest`. `canary` runs a small share of the cases first;
+`canary_gate` fails (and nothing else starts) when too many of them crash on this build. The
+mapped `shards` task holds one map index per shard run, at most `[avsim] max_active_shards` at
+once (open *Triggered DAG* to see a shard's cases); failed phases are cleared in the shard run
+(*Clear* with *Only failed* and *Downstream*), then `report` here is cleared to refresh the
+weekly report.
 """
 
 
@@ -77,11 +85,33 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                 raise RunRejected(str(exc)) from None
             ctx["ti"].xcom_push(key="run", value=prepared["run"])
             ctx["ti"].xcom_push(key="shard_inputs", value=prepared["shard_inputs"])
+            ctx["ti"].xcom_push(key="canary", value=prepared["canary"])
             return list(prepared["shards"])
 
         shard_specs: Any = prepare()
         run_xcom: Any = XComArg(shard_specs.operator, key="run")
         shard_inputs: Any = XComArg(shard_specs.operator, key="shard_inputs")
+        canary_xcom: Any = XComArg(shard_specs.operator, key="canary")
+
+        canary = ShardRunOperator(
+            task_id="canary",
+            trigger_dag_id=shard_dag_id,
+            trigger_run_id="{{ run_id }}" + CANARY_RUN_SUFFIX,
+            conf={"run": run_xcom, "shard": CANARY_SHARD},
+            shard=CANARY_SHARD,
+            run=run_xcom,
+            poke_interval=int(settings.shard_poll_seconds),
+            priority_weight=plan.base_priority * 3,
+        )
+        gate = CanaryGateSensor(
+            task_id="canary_gate",
+            run=run_xcom,
+            canary=canary_xcom,
+            poll_interval=settings.shard_poll_seconds,
+            priority_weight=plan.base_priority * 3,
+            retries=2,
+        )
+        shard_specs >> [canary, gate]
 
         shard_runs = ShardRunOperator.partial(
             task_id="shards",
@@ -92,6 +122,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             priority_weight=plan.base_priority * 2,
             map_index_template="shard {{ task.shard }}",
         ).expand_kwargs(shard_specs)
+        gate >> shard_runs
 
         run_level = TaskGroup(group_id="run_phases", tooltip="run-level phases, after every shard")
         created: dict[str, AvsimPhaseOperator] = {}
@@ -105,8 +136,11 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                 inputs=shard_inputs,
                 pool=rp.pool,
                 pool_slots=rp.pool_slots,
+                gpus=rp.pool_slots if rp.pool != settings.cpu_pool else 0,
                 priority_weight=rp.priority_weight,
                 weight_rule="absolute",
+                retry_policy=PhaseRetryPolicy(),
+                reuse_outputs=False,
                 # After every shard, whatever their outcome, as long as the week was prepared.
                 trigger_rule="all_done_min_one_success",
                 **retry_kwargs(rp.retries, rp.retry_delay_seconds, 2.0, 3600),
@@ -116,7 +150,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                 for up in rp.upstream:
                     created[up] >> created[rp.name]
             else:
-                shard_runs >> created[rp.name]
+                [shard_runs, canary] >> created[rp.name]
 
         @task(
             task_id="report",
@@ -128,7 +162,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             return tasks.write_week_report(run, [rp.name for rp in plan.run_phases])
 
         report_task = report(run_xcom)
-        shard_runs >> report_task
+        [shard_runs, canary] >> report_task
         for op in created.values():
             op >> report_task
     return dag

@@ -126,6 +126,8 @@ class RunSpec(_Strict):
     build: Build
     canary: CanarySpec = CanarySpec()
     breaker: BreakerSpec = BreakerSpec()
+    #: Set by ``avsim rerun-failed``: the run key whose failed cases this run reruns.
+    rerun_of: str | None = Field(default=None, max_length=300)
 
     @field_validator("iso_week")
     @classmethod
@@ -236,7 +238,9 @@ FORBIDDEN_POD_FIELDS = {
     "image": "the image is the run's pinned build",
 }
 #: Label and annotation keys: an optional DNS prefix, a name of at most 63 characters.
-LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_KEY_RE = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 #: Prefixes avsim keeps for itself (labels it selects pods by, the contract's variables).
@@ -272,7 +276,9 @@ class PodOverrides(_Strict):
             if not LABEL_KEY_RE.match(key):
                 raise ValueError(f"{info.field_name} key {key!r} is not a valid Kubernetes key")
             if key.startswith(RESERVED_LABEL_PREFIX):
-                raise ValueError(f"{info.field_name} key {key!r}: the prefix {RESERVED_LABEL_PREFIX} is avsim's")
+                raise ValueError(
+                    f"{info.field_name} key {key!r}: the prefix {RESERVED_LABEL_PREFIX} is avsim's"
+                )
             if info.field_name == "labels" and not LABEL_VALUE_RE.match(value):
                 raise ValueError(
                     f"label {key}={value!r}: a label value is at most 63 letters, digits, '-', '_' or '.'"
@@ -327,6 +333,21 @@ class _RunnableSpec(_Strict):
     retry: RetrySpec = RetrySpec()
     command: tuple[Annotated[str, StringConstraints(min_length=1)], ...] = Field(min_length=1)
     args: tuple[str, ...] = ()
+    #: How often the phase renews its heartbeat, and how long avsim waits for a renewal before it
+    #: ends the attempt as lease_expired (0: the phase keeps no heartbeat; only the timeout applies).
+    heartbeat_seconds: float = Field(default=30, gt=0, le=3600)
+    lease_seconds: float = Field(default=300, ge=0, le=24 * 3600, validate_default=True)
+
+    @field_validator("lease_seconds")
+    @classmethod
+    def _lease_covers_beats(cls, v: float, info: ValidationInfo) -> float:
+        beat = info.data.get("heartbeat_seconds")
+        if v and beat is not None and v < 2 * beat:
+            raise ValueError(
+                f"lease_seconds ({v:g}) is under twice heartbeat_seconds ({beat:g}): one late renewal would "
+                "end a healthy phase; raise lease_seconds or renew more often"
+            )
+        return v
 
     @field_validator("timeout_seconds")
     @classmethod

@@ -99,6 +99,9 @@ def _phase(kind: str, deps: tuple[str, ...], time_scale: float, fail: float, cra
     phase["retry"] = {"infrastructure": retries}
     if checkpoint:
         phase["checkpoint"] = True
+    if rc == "gpu":
+        # Simulators use shared memory; label the pods for the platform team's dashboards.
+        phase["pod"] = {"shm_size": "2Gi", "labels": {"team": "simulation"}}
     phase["command"] = ["avsim-fakesim"]
     phase["args"] = args
     return phase
@@ -112,8 +115,13 @@ def sample_manifest(
     iso_week: str | None = None,
     scenario_fail_rate: float = 0.03,
     crash_rate: float = 0.0,
+    canary: dict[str, Any] | None = None,
+    breaker: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A weekly manifest of ``cases`` cases, valid under :func:`~avsim.manifest.validation.validate_manifest`."""
+    """A weekly manifest of ``cases`` cases, valid under :func:`~avsim.manifest.validation.validate_manifest`.
+
+    ``canary`` and ``breaker`` set ``run.canary`` / ``run.breaker`` (the manifest's defaults otherwise).
+    """
     if cases < 1:
         raise ValueError(f"cases must be at least 1, got {cases}")
     if time_scale <= 0:
@@ -180,18 +188,23 @@ def sample_manifest(
         "command": ["avsim-fakesim"],
         "args": ["summary", "--duration", _fmt(600 * time_scale)],
     }
+    run: dict[str, Any] = {
+        "name": "weekly_regression",
+        "iso_week": week,
+        "run_class": "weekly",
+        "deadline": deadline.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "build": {
+            "build_id": f"sim-{year}.{weekno:02d}.1",
+            "image": f"registry.example.com/avsim/simulator@sha256:{digest}",
+        },
+    }
+    if canary is not None:
+        run["canary"] = dict(canary)
+    if breaker is not None:
+        run["breaker"] = dict(breaker)
     return {
         "apiVersion": "avsim/v1",
-        "run": {
-            "name": "weekly_regression",
-            "iso_week": week,
-            "run_class": "weekly",
-            "deadline": deadline.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "build": {
-                "build_id": f"sim-{year}.{weekno:02d}.1",
-                "image": f"registry.example.com/avsim/simulator@sha256:{digest}",
-            },
-        },
+        "run": run,
         "graphs": graphs,
         "cases": out_cases,
         "run_phases": {"weekly_summary": summary},

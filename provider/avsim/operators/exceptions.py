@@ -1,21 +1,97 @@
-"""Exceptions a phase task raises, one per outcome class that ends the task unsuccessfully.
+"""Exceptions a phase task raises: one per way an attempt ends unsuccessfully.
 
-Airflow's retry machinery sees the class: bad input fails fast (no retry);
-an infrastructure failure is retried within the phase's budget.
+Airflow's retry machinery sees the class: bad input, a bad build and a used-up budget fail fast
+(``AirflowFailException``: no retry); an infrastructure failure and a preemption are retried,
+each after its own delay (:class:`avsim.operators.retry.PhaseRetryPolicy` reads
+``retry_delay`` off the exception); a GPU phase preempted too often on spot nodes is skipped so
+that its on-demand twin takes over (``AirflowSkipException``). The more specific classes say
+what the platform did (an OOM kill, an eviction, a lost node, a lease that expired); their
+message names the pod or process, the case and the phase.
 """
 
 from __future__ import annotations
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+import datetime as dt
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 
 class PhaseBadInput(AirflowFailException):
     """The phase's input is malformed (exit code 65): never retried."""
 
 
-class PhaseInfrastructureError(AirflowException):
-    """The phase crashed, timed out or lost its machine: retried within the infrastructure budget."""
+class PhaseBadBuild(AirflowFailException):
+    """The build under test cannot run (its image does not pull) or its circuit breaker is open."""
+
+
+class ImagePullFailed(PhaseBadBuild):
+    """The pod's image could not be pulled (ErrImagePull, ImagePullBackOff, InvalidImageName)."""
+
+
+class BreakerOpen(PhaseBadBuild):
+    """The build's circuit breaker is open: nothing of this build is launched."""
+
+
+class PhaseBudgetExhausted(AirflowFailException):
+    """The phase used up the retry budget of its failure class; the last failure is committed."""
+
+
+class PhaseRetriable(AirflowException):
+    """An attempt failed for a reason a retry can fix; retried after ``retry_delay``."""
+
+    failure_class = "infra_failed"
+
+    def __init__(self, message: str, retry_delay: dt.timedelta | None = None) -> None:
+        super().__init__(message)
+        self.retry_delay = retry_delay
+
+
+class PhaseInfrastructureError(PhaseRetriable):
+    """The phase crashed, timed out or lost its worker: retried within the infrastructure budget."""
+
+
+class OutOfMemory(PhaseInfrastructureError):
+    """The phase's container was OOM-killed."""
+
+
+class LeaseExpired(PhaseInfrastructureError):
+    """The phase stopped renewing its heartbeat for longer than its lease: it was ended."""
+
+
+class PhasePreempted(PhaseRetriable):
+    """The phase's node was reclaimed, drained or lost: retried within the preemption budget, resuming
+    from its newest checkpoint."""
+
+    failure_class = "preempted"
+
+
+class PodEvicted(PhasePreempted):
+    """The pod was evicted (a DisruptionTarget condition, status reason Evicted)."""
+
+
+class PodVanished(PhasePreempted):
+    """The pod disappeared from the API (its node was lost or deleted)."""
+
+
+class PhaseFallbackToOnDemand(AirflowSkipException):
+    """Preempted too often on spot nodes: the phase's on-demand twin task runs the next attempt."""
 
 
 class RunRejected(AirflowFailException):
     """The run's manifest or conf was rejected: fail fast, name the field and the fix."""
+
+
+class CanaryGateFailed(AirflowFailException):
+    """The canary's crash and bad-build rate passed the threshold: the rest of the week is not started."""
+
+
+#: The exception raised for an attempt that ended with ``detail`` (see the backends' classifiers).
+DETAIL_EXCEPTIONS: dict[str, type[Exception]] = {
+    "oom": OutOfMemory,
+    "lease_expired": LeaseExpired,
+    "evicted": PodEvicted,
+    "vanished": PodVanished,
+    "node_lost": PodVanished,
+    "image_pull": ImagePullFailed,
+    "breaker_open": BreakerOpen,
+}

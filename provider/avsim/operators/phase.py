@@ -1,11 +1,13 @@
 """Phase operators: one task instance = one phase of one case (or one run-level phase).
 
-:class:`AvsimPhaseOperator` does everything the contract asks of every backend:
-resolve the phase's runtime spec from the run's manifest snapshot, find the committed
-outputs of upstream phases, build the environment, record the attempt in the ledger,
-classify the exit code and commit the outcome. A backend overrides one seam,
-:meth:`AvsimPhaseOperator.launch`, which runs the phase and returns its exit code.
-:class:`LocalPhaseOperator` (the embedded default) runs it as a local process.
+:class:`AvsimPhaseOperator` is a ``BaseOperator`` with the phase contract's lifecycle
+(:class:`avsim.operators.lifecycle.PhaseLifecycle`): begin the attempt (reuse a committed or
+cached result, check the build's breaker and the retry budgets, claim the attempt), launch it,
+end it (record, classify, commit, retry by class). A backend overrides one seam,
+:meth:`AvsimPhaseOperator.launch`, which runs the attempt and says how it ended.
+:class:`LocalPhaseOperator` (the embedded default) runs it as a local process and watches its
+heartbeat. The Kubernetes backend (:mod:`avsim.operators.kubernetes`) is a
+``KubernetesPodOperator`` subclass with the same lifecycle.
 """
 
 from __future__ import annotations
@@ -15,46 +17,50 @@ import datetime as dt
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
-from avsim.phases.attempt import PhaseAttempt, PhaseRuntime, phase_spec_for
+from avsim.operators.lifecycle import AttemptResult, PhaseLifecycle
+from avsim.operators.retry import ROLE_REGULAR
+from avsim.phases import contract
+from avsim.phases.attempt import PhaseAttempt
 from avsim.phases.contract import Outcome, classify_exit_code
-from avsim.storage import read_json
 
 #: The lines of a phase's output kept for the ledger's ``reason`` when it fails.
 REASON_TAIL_LINES = 5
 
 
-@dataclass(frozen=True)
-class LaunchResult:
-    exit_code: int
-    reason: str = ""
+def upstream_task_ids(upstream: Mapping[str, str | Sequence[str]] | None) -> dict[str, list[str]]:
+    """Normalise ``upstream phase -> task id(s)``: one task, or a GPU phase's spot task and on-demand twin."""
+    return {k: [v] if isinstance(v, str) else list(v) for k, v in (upstream or {}).items()}
 
 
-class AvsimPhaseOperator(BaseOperator):
+class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
     """Runs one phase under the avsim phase contract. Subclasses implement :meth:`launch`.
 
     :param phase: the phase name (as in the graph).
     :param case: the case entry (a dict; usually the mapped group's argument).
     :param run: the run descriptor (``run_key``, ``artifact_root``, ``build_id``, ``image``),
         usually an XComArg of the task that prepared the run.
-    :param upstream_phases: upstream phase name -> task id, whose committed outputs are inputs.
+    :param upstream_phases: upstream phase name -> task id(s) whose committed output is an input.
     :param inputs: fixed inputs (name -> URI), for run-level phases.
+    :param role: ``regular``, or ``spot`` / ``on_demand`` for a GPU phase with an on-demand twin.
+    :param gpus: GPUs the phase takes (its node class follows: cpu, gpu-spot, gpu-on-demand).
+    :param reuse_outputs: commit a cached result with the same cache key instead of launching.
     """
 
     template_fields: Sequence[str] = ("case", "run", "inputs")
     ui_color = "#d8ecf3"
+    #: Serialized, so the scheduler honours the skip a spot task sends its on-demand twin.
+    _can_skip_downstream = True
 
     def __init__(
         self,
@@ -62,141 +68,42 @@ class AvsimPhaseOperator(BaseOperator):
         phase: str,
         case: Any,
         run: Any,
-        upstream_phases: Mapping[str, str] | None = None,
+        upstream_phases: Mapping[str, str | Sequence[str]] | None = None,
         inputs: Any = None,
+        role: str = ROLE_REGULAR,
+        gpus: int = 0,
+        reuse_outputs: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.phase = phase
         self.case = case
         self.run = run
-        self.upstream_phases = dict(upstream_phases or {})
+        self.upstream_phases = upstream_task_ids(upstream_phases)
         self.inputs = inputs
-
-    # -- what every backend shares ------------------------------------------------------------
-    @cached_property
-    def layout(self) -> RunLayout:
-        return RunLayout(self.run["artifact_root"], self.run["run_key"])
-
-    @cached_property
-    def ledger(self) -> Any:
-        from avsim.ledger.store import Ledger
-
-        return Ledger(self.layout)
-
-    def resolve_inputs(self, context: Any) -> dict[str, str]:
-        if self.inputs:
-            return dict(self.inputs)
-        ti = context["ti"]
-        found: dict[str, str] = {}
-        for up_phase, task_id in self.upstream_phases.items():
-            value = ti.xcom_pull(task_ids=task_id, map_indexes=ti.map_index)
-            if not value or "output_uri" not in value:
-                raise self._bad_input(f"upstream phase {up_phase!r} ({task_id}) left no committed output")
-            found[up_phase] = value["output_uri"]
-        return found
-
-    def build_attempt(self, context: Any) -> PhaseAttempt:
-        case = dict(self.case)
-        if case.get("case_id") == RUN_LEVEL_CASE:
-            head = read_json(self.layout.head_uri)
-            spec = dict(head["run_phases"][self.phase])
-        else:
-            spec = phase_spec_for(read_json(self.layout.head_uri), case, self.phase)
-        return PhaseAttempt(
-            layout=self.layout,
-            case=case,
-            phase=self.phase,
-            attempt=int(context["ti"].try_number),
-            runtime=PhaseRuntime.from_spec(spec),
-            build_id=str(self.run.get("build_id", "")),
-            image=str(self.run.get("image", "")),
-            inputs=self.resolve_inputs(context),
-        )
+        self.role = role
+        self.gpus = gpus
+        self.node_class = self.node_class_for(gpus, role)
+        self.reuse_outputs = reuse_outputs
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from avsim.ledger.records import AttemptRecord, OutcomeRecord
-
-        attempt = self.build_attempt(context)
-        ti = context["ti"]
+        begun = self.begin_attempt(context)
+        if isinstance(begun, dict):
+            return self.finish(context, begun)
         started = dt.datetime.now(dt.UTC)
-        t0 = time.monotonic()
         self.log.info(
-            "avsim phase %s of case %s, attempt %d: %s",
-            attempt.phase,
-            attempt.case_id,
-            attempt.attempt,
-            " ".join(attempt.argv),
+            "avsim phase %s of case %s, attempt %d on %s: %s",
+            begun.phase,
+            begun.case_id,
+            begun.attempt,
+            self.node_class,
+            " ".join(begun.argv),
         )
-        result = self.launch(attempt, context)
-        outcome = classify_exit_code(result.exit_code)
-        duration = time.monotonic() - t0
-        ended = dt.datetime.now(dt.UTC)
-        self.ledger.record_attempt(
-            AttemptRecord(
-                run_key=self.layout.run_key,
-                case_id=attempt.case_id,
-                phase=attempt.phase,
-                attempt=attempt.attempt,
-                started_at=started.isoformat(),
-                ended_at=ended.isoformat(),
-                exit_code=result.exit_code,
-                outcome=outcome,
-                reason=result.reason,
-                output_uri=attempt.output_uri,
-                host=socket.gethostname(),
-                duration_seconds=duration,
-            )
-        )
-        final_try = int(ti.try_number) > int(getattr(ti, "max_tries", self.retries) or 0)
-        if outcome.produced_output or outcome is Outcome.BAD_INPUT or final_try:
-            self.ledger.commit(
-                OutcomeRecord(
-                    run_key=self.layout.run_key,
-                    case_id=attempt.case_id,
-                    phase=attempt.phase,
-                    attempt=attempt.attempt,
-                    outcome=outcome,
-                    output_uri=attempt.output_uri if outcome.produced_output else "",
-                    committed_at=ended.isoformat(),
-                    reason=result.reason,
-                    result=self._small_result(attempt) if outcome.produced_output else {},
-                )
-            )
-        where = f"phase {attempt.phase!r} of case {attempt.case_id!r} (attempt {attempt.attempt})"
-        if outcome is Outcome.BAD_INPUT:
-            raise self._bad_input(f"{where} rejected its input: {result.reason or 'exit code 65'}")
-        if outcome is Outcome.INFRA_FAILED:
-            from avsim.operators.exceptions import PhaseInfrastructureError
-
-            raise PhaseInfrastructureError(
-                f"{where} failed on infrastructure (exit code {result.exit_code}): {result.reason}"
-            )
-        if outcome is Outcome.SCENARIO_FAILED:
-            self.log.warning("%s: the driving software failed the scenario (recorded as a result)", where)
-        return {
-            "case_id": attempt.case_id,
-            "phase": attempt.phase,
-            "outcome": outcome.value,
-            "output_uri": attempt.output_uri,
-            "attempt": attempt.attempt,
-        }
-
-    def _small_result(self, attempt: PhaseAttempt) -> dict[str, Any]:
-        try:
-            data = read_json(f"{attempt.output_uri}/result.json")
-        except (FileNotFoundError, OSError, ValueError):
-            return {}
-        metrics = data.get("metrics", {}) if isinstance(data, dict) else {}
-        return {"metrics": metrics} if isinstance(metrics, dict) else {}
-
-    def _bad_input(self, message: str) -> Exception:
-        from avsim.operators.exceptions import PhaseBadInput
-
-        return PhaseBadInput(message)
+        result = self.launch(begun, context)
+        return self.finish(context, self.end_attempt(context, begun, result, started))
 
     # -- the backend seam ---------------------------------------------------------------------
-    def launch(self, attempt: PhaseAttempt, context: Any) -> LaunchResult:
+    def launch(self, attempt: PhaseAttempt, context: Any) -> AttemptResult:
         raise NotImplementedError
 
 
@@ -211,11 +118,30 @@ def resolve_command(argv: Sequence[str]) -> list[str]:
 
 
 class LocalPhaseOperator(AvsimPhaseOperator):
-    """The embedded backend: the phase runs as a process on the worker, in its own process group."""
+    """The embedded backend: the phase runs as a process on the worker, in its own process group.
+
+    The worker watches three things: the process's exit (classified by the contract's exit codes;
+    SIGTERM, which is how a spot reclaim or a drain ends a process, is a preemption), the phase's
+    timeout, and its heartbeat file (``AVSIM_HEARTBEAT_FILE``): a phase that stops renewing it for
+    ``lease_seconds`` is killed and ends as ``lease_expired``, an infrastructure failure.
+    """
 
     _proc: subprocess.Popen[str] | None = None
+    #: How often the worker looks at the process and its heartbeat, in seconds.
+    watch_interval: float = 0.5
 
-    def launch(self, attempt: PhaseAttempt, context: Any) -> LaunchResult:
+    def launch(self, attempt: PhaseAttempt, context: Any) -> AttemptResult:
+        hb_dir = tempfile.mkdtemp(prefix="avsim-heartbeat-")
+        hb_file = Path(hb_dir) / f"{attempt.case_id}.{attempt.phase}.{attempt.attempt}"
+        try:
+            return self._run(
+                attempt.with_attempt(attempt.attempt, extra_env={contract.ENV_HEARTBEAT_FILE: str(hb_file)}),
+                hb_file,
+            )
+        finally:
+            shutil.rmtree(hb_dir, ignore_errors=True)
+
+    def _run(self, attempt: PhaseAttempt, hb_file: Path) -> AttemptResult:
         env = {**os.environ, **attempt.environment()}
         try:
             argv = resolve_command(attempt.argv)
@@ -228,7 +154,10 @@ class LocalPhaseOperator(AvsimPhaseOperator):
                 start_new_session=True,
             )
         except OSError as exc:
-            return LaunchResult(127, f"could not start {attempt.argv[0]!r}: {exc}")
+            return AttemptResult(
+                Outcome.INFRA_FAILED, 127, f"could not start {attempt.argv[0]!r}: {exc}", "spawn"
+            )
+        runner = f"pid {proc.pid} on {os.uname().nodename}"
         tail: list[str] = []
 
         def pump() -> None:
@@ -240,17 +169,48 @@ class LocalPhaseOperator(AvsimPhaseOperator):
 
         reader = threading.Thread(target=pump, name="avsim-phase-output", daemon=True)
         reader.start()
+        runtime = attempt.runtime
+        started = time.monotonic()
         try:
-            code = proc.wait(timeout=attempt.runtime.timeout_seconds)
-        except subprocess.TimeoutExpired:
-            self._kill(proc)
-            reader.join(timeout=5)
-            return LaunchResult(-9, f"timed out after {attempt.runtime.timeout_seconds:g}s and was killed")
+            while True:
+                try:
+                    code = proc.wait(timeout=self.watch_interval)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                elapsed = time.monotonic() - started
+                if elapsed > runtime.timeout_seconds:
+                    self._kill(proc)
+                    reader.join(timeout=5)
+                    return AttemptResult(
+                        Outcome.INFRA_FAILED,
+                        -9,
+                        f"timed out after {runtime.timeout_seconds:g}s and was killed",
+                        "timeout",
+                        runner,
+                    )
+                silent = _heartbeat_age(hb_file, started)
+                if runtime.lease_seconds and silent > runtime.lease_seconds:
+                    self._kill(proc)
+                    reader.join(timeout=5)
+                    return AttemptResult(
+                        Outcome.INFRA_FAILED,
+                        -9,
+                        f"no heartbeat for {silent:.0f}s (lease {runtime.lease_seconds:g}s): the phase hung and was killed",
+                        "lease_expired",
+                        runner,
+                    )
         finally:
             self._proc = None
         reader.join(timeout=30)
+        outcome = classify_exit_code(code)
         reason = " | ".join(t for t in tail if t) if code else ""
-        return LaunchResult(code, reason[-500:])
+        detail = (
+            "terminated"
+            if outcome is Outcome.PREEMPTED
+            else ("crash" if outcome is Outcome.INFRA_FAILED else "")
+        )
+        return AttemptResult(outcome, code, reason[-500:], detail, runner)
 
     @staticmethod
     def _kill(proc: subprocess.Popen[str]) -> None:
@@ -261,3 +221,12 @@ class LocalPhaseOperator(AvsimPhaseOperator):
     def on_kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._kill(self._proc)
+
+
+def _heartbeat_age(path: Path, started: float) -> float:
+    """Seconds since the phase last renewed its heartbeat (since it started, before the first beat)."""
+    try:
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return time.monotonic() - started
+    return min(age, time.monotonic() - started)

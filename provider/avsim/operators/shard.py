@@ -37,6 +37,11 @@ class ShardRunOperator(TriggerDagRunOperator):
         self.run = run
 
     def execute(self, context: Any) -> Any:
+        if int(self.shard) == 0 and not int(self.run.get("canary_count") or 0):
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException("this week has no canary stage (too few cases)")
+        self._refuse_if_breaker_open()
         run_id = str(self.trigger_run_id)
         if context["ti"].get_dr_count(dag_id=self.trigger_dag_id, run_ids=[run_id]):
             from airflow.providers.standard.triggers.external_task import DagStateTrigger
@@ -52,6 +57,21 @@ class ShardRunOperator(TriggerDagRunOperator):
                 method_name="execute_complete",
             )
         return super().execute(context)
+
+    def _refuse_if_breaker_open(self) -> None:
+        """Start no shard run of a build whose circuit breaker is open: its phases would fail anyway."""
+        from avsim.ledger.breaker import Breaker
+
+        image = str(self.run.get("image", ""))
+        state = Breaker(str(self.run["artifact_root"]), image.rsplit("@", 1)[-1]).state()
+        if state.is_open:
+            from avsim.operators.exceptions import BreakerOpen
+
+            raise BreakerOpen(
+                f"shard {self.shard} not started: the circuit breaker of build {self.run.get('build_id')} is open "
+                f"({state.reason}). Reset it with `avsim breaker reset {image.rsplit('@', 1)[-1]}` and clear this task, "
+                "or start a run with a fixed build"
+            )
 
     def execute_complete(self, context: Any, event: tuple[str, dict[str, Any]]) -> dict[str, Any]:
         super().execute_complete(context, event)  # raises when the shard run failed

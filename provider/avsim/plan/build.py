@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+from avsim.errors import ConfigError
 from avsim.manifest.models import DEFAULT_BASE_PRIORITY, PhaseSpec, ResourceClass, RunClass
 from avsim.plan.catalog import GraphCatalog, shape_fingerprint
 from avsim.plan.graph import remaining_path, topological_order
-from avsim.plan.model import FamilyPlan, PhasePlan, PoolPlan, RunPhasePlan, WeeklyPlan
+from avsim.plan.model import ON_DEMAND_SUFFIX, FamilyPlan, PhasePlan, PoolPlan, RunPhasePlan, WeeklyPlan
 from avsim.settings import AvsimSettings
 
 #: Weight added per minute of remaining critical path, capped so the path part stays
@@ -41,6 +42,12 @@ def _pool_and_slots(spec: PhaseSpec, settings: AvsimSettings) -> tuple[str, int]
 
 
 def family_plan(name: str, phases: dict[str, PhaseSpec], settings: AvsimSettings, base: int) -> FamilyPlan:
+    clash = sorted(n for n in phases if n.endswith(ON_DEMAND_SUFFIX))
+    if clash:
+        raise ConfigError(
+            f"graph {name!r}: phase names {clash} end in {ON_DEMAND_SUFFIX!r}, which names the on-demand twin "
+            "of a GPU phase's task; rename them"
+        )
     deps = {n: list(p.depends_on) for n, p in phases.items()}
     order = topological_order(deps)
     remaining = remaining_path(deps, {n: p.estimated_duration_seconds for n, p in phases.items()})
@@ -67,6 +74,16 @@ def family_plan(name: str, phases: dict[str, PhaseSpec], settings: AvsimSettings
                 checkpoint=spec.checkpoint,
                 remaining_critical_path_seconds=remaining[pname],
                 priority_weight=phase_weight(base, remaining[pname]),
+                path_weight=phase_weight(0, remaining[pname]),
+                preemption_retries=spec.retry.preemption,
+                preemption_delay_seconds=spec.retry.preemption_delay_seconds,
+                on_demand_after_preemptions=spec.retry.on_demand_after_preemptions,
+                on_demand_fallback=(
+                    settings.on_demand_fallback
+                    and spec.resources.resource_class is ResourceClass.GPU
+                    and spec.retry.preemption > 0
+                ),
+                on_demand_pool=settings.gpu_on_demand_pool,
             )
         )
     return FamilyPlan(
@@ -101,7 +118,7 @@ def build_plan(
                 pool=pool,
                 pool_slots=max(1, spec.resources.gpus),
                 timeout_seconds=spec.timeout_seconds,
-                retries=spec.retry.infrastructure,
+                retries=spec.retry.infrastructure + spec.retry.preemption,
                 retry_delay_seconds=spec.retry.delay_seconds,
                 # After every case: nothing is behind it, so it only needs the base.
                 priority_weight=base + 1,

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: The on-demand twin of a GPU phase's task is named ``<phase>_on_demand``.
+ON_DEMAND_SUFFIX = "_on_demand"
+
 
 @dataclass(frozen=True)
 class PoolPlan:
@@ -38,7 +41,21 @@ class PhasePlan:
     checkpoint: bool
     #: Estimated seconds from this phase's start to the end of its case (this phase included).
     remaining_critical_path_seconds: float
+    #: The weight of the phase in its run class: base + path (what the scheduler ends up using).
     priority_weight: int
+    #: The path part alone: what the task carries as ``priority_weight`` for the weight strategy.
+    path_weight: int = 1
+    preemption_retries: int = 0
+    preemption_delay_seconds: float = 10.0
+    on_demand_after_preemptions: int = 2
+    #: A GPU phase that moves to on-demand nodes after too many preemptions: it gets a twin task
+    #: ``<name>_on_demand`` in ``on_demand_pool``.
+    on_demand_fallback: bool = False
+    on_demand_pool: str = ""
+
+    @property
+    def on_demand_task(self) -> str:
+        return f"{self.name}{ON_DEMAND_SUFFIX}"
 
 
 @dataclass(frozen=True)

@@ -111,15 +111,72 @@ def case_entry(case: CaseSpec, family: str) -> dict[str, Any]:
     return entry
 
 
-def cut_shards(manifest: Manifest, families: list[str], shard_size: int) -> list[ShardPlan]:
-    """Consecutive shards of at most ``shard_size`` cases, in manifest order."""
-    shards: list[ShardPlan] = []
-    cases = manifest.cases
-    for index, start in enumerate(range(0, len(cases), shard_size)):
+#: The canary's shard index; the week's other shards are numbered from 1.
+CANARY_SHARD = 0
+
+
+def cut_shards(
+    manifest: Manifest, families: list[str], shard_size: int, canary: list[int] | None = None
+) -> tuple[ShardPlan | None, list[ShardPlan]]:
+    """The canary shard (the cases at indexes ``canary``, or None) and the week's other cases in
+    consecutive shards of at most ``shard_size`` cases, in manifest order, numbered from 1."""
+    picked = set(canary or ())
+    canary_shard = None
+    if picked:
         by_family: dict[str, list[dict[str, Any]]] = {}
-        for case, fam in zip(
-            cases[start : start + shard_size], families[start : start + shard_size], strict=True
-        ):
-            by_family.setdefault(fam, []).append(case_entry(case, fam))
-        shards.append(ShardPlan(index=index, by_family=by_family))
-    return shards
+        for i in sorted(picked):
+            by_family.setdefault(families[i], []).append(case_entry(manifest.cases[i], families[i]))
+        canary_shard = ShardPlan(index=CANARY_SHARD, by_family=by_family)
+    rest = [i for i in range(len(manifest.cases)) if i not in picked]
+    shards: list[ShardPlan] = []
+    for n, start in enumerate(range(0, len(rest), shard_size), start=1):
+        by_family = {}
+        for i in rest[start : start + shard_size]:
+            by_family.setdefault(families[i], []).append(case_entry(manifest.cases[i], families[i]))
+        shards.append(ShardPlan(index=n, by_family=by_family))
+    return canary_shard, shards
+
+
+def planned_work(manifest: Manifest, families: list[str]) -> dict[str, Any]:
+    """What the week plans to run: phase executions, GPU and CPU seconds, the longest case, per phase task."""
+    from avsim.plan.graph import remaining_path
+
+    gpu = cpu = 0.0
+    phases = 0
+    longest = 0.0
+    per_phase: dict[str, dict[str, Any]] = {}
+    paths: dict[str, float] = {}
+    for case, fam in zip(manifest.cases, families, strict=True):
+        specs = case.phases if case.phases is not None else manifest.graphs[case.graph or fam].phases
+        memo = case.graph if case.phases is None else None
+        if memo is None or memo not in paths:
+            deps = {n: list(p.depends_on) for n, p in specs.items()}
+            path = max(
+                remaining_path(deps, {n: p.estimated_duration_seconds for n, p in specs.items()}).values()
+            )
+            if memo is not None:
+                paths[memo] = path
+        else:
+            path = paths[memo]
+        longest = max(longest, path)
+        for name, p in specs.items():
+            phases += 1
+            gpus = p.resources.gpus
+            if gpus:
+                gpu += gpus * p.estimated_duration_seconds
+            else:
+                cpu += p.resources.cpus * p.estimated_duration_seconds
+            entry = per_phase.setdefault(
+                f"{fam}.{name}", {"cases": 0, "gpus": gpus, "estimated_seconds": 0.0}
+            )
+            entry["cases"] += 1
+            entry["estimated_seconds"] = p.estimated_duration_seconds
+    return {
+        "cases": len(manifest.cases),
+        "phases": phases,
+        "gpu_seconds": gpu,
+        "cpu_seconds": cpu,
+        "critical_path_seconds": longest,
+        "deadline": manifest.run.deadline.isoformat(),
+        "per_phase": per_phase,
+    }

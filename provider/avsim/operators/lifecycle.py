@@ -1,0 +1,525 @@
+"""The phase contract's bookkeeping around one attempt, shared by every backend.
+
+A phase operator (:class:`avsim.operators.phase.LocalPhaseOperator`, the Kubernetes pod operator)
+mixes in :class:`PhaseLifecycle` and calls two methods around the launch it implements:
+
+:meth:`PhaseLifecycle.begin_attempt`
+    Resolve the phase's spec from the run's manifest snapshot and its inputs from the upstream
+    phases' committed outputs. Return the committed result at once (no launch) when the phase
+    already has one, or when the cache holds one for the same key (a rerun with the same pins).
+    Fail fast when the build's circuit breaker is open. Record attempts of earlier tries that
+    never reported (a lost worker) as infrastructure failures, check the budgets, then claim the
+    next attempt number in the ledger.
+:meth:`PhaseLifecycle.end_attempt`
+    Record how the attempt ended, feed the build's breaker, emit metrics, and decide by class:
+    commit a result and return it; fail fast on bad input or a bad build; retry an
+    infrastructure failure or a preemption after its class's delay while its budget lasts;
+    hand a GPU phase preempted too often on spot nodes over to its on-demand twin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import socket
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk.bases.skipmixin import SkipMixin
+
+from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
+from avsim.ledger.records import AttemptRecord, OutcomeRecord
+from avsim.operators.retry import ROLE_ON_DEMAND, ROLE_SPOT, preemption_budget
+from avsim.phases.attempt import PhaseAttempt, PhaseRuntime, phase_spec_for
+from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, AttemptResult, Outcome
+from avsim.plan.model import ON_DEMAND_SUFFIX
+
+__all__ = ["NODE_CPU", "NODE_ON_DEMAND", "NODE_SPOT", "AttemptResult", "PhaseLifecycle"]
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class PhaseLifecycle(SkipMixin):
+    """Mixin for phase operators. The operator sets ``phase``, ``case``, ``run``, ``upstream_phases``
+    (upstream phase -> its task ids: one, or a spot task and its on-demand twin), ``inputs``
+    (fixed inputs of run-level phases), ``role`` and ``node_class``.
+
+    It is a ``SkipMixin``: a spot task that produced the phase's result skips its on-demand twin
+    for its own map index (an XCom the scheduler's ``NotPreviouslySkippedDep`` honours), so the
+    twin, whose trigger rule is ``none_failed``, runs only when the spot task handed over.
+    """
+
+    phase: str
+    case: Any
+    run: Any
+    upstream_phases: dict[str, list[str]]
+    inputs: Any
+    role: str
+    node_class: str
+    task_id: str
+    retries: int | None
+    log: Any
+
+    # -- where things are ---------------------------------------------------------------------------
+    @cached_property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.run["artifact_root"], self.run["run_key"])
+
+    @cached_property
+    def ledger(self) -> Any:
+        from avsim.ledger.store import Ledger
+
+        return Ledger(self.layout)
+
+    @cached_property
+    def head(self) -> dict[str, Any]:
+        from avsim.storage import read_json
+
+        return dict(read_json(self.layout.head_uri))
+
+    @cached_property
+    def breaker(self) -> Any:
+        from avsim.ledger.breaker import Breaker, BreakerConfig
+
+        image = str(self.run.get("image", ""))
+        return Breaker(
+            self.layout.root,
+            image.rsplit("@", 1)[-1],
+            build_id=str(self.run.get("build_id", "")),
+            config=BreakerConfig.from_head(self.head),
+            documents=self.ledger.documents,
+        )
+
+    @cached_property
+    def cache(self) -> Any:
+        from avsim.ledger.cache import PhaseCache
+
+        return PhaseCache(self.layout.root, self.ledger.documents)
+
+    @property
+    def is_run_level(self) -> bool:
+        return dict(self.case).get("case_id") == RUN_LEVEL_CASE
+
+    def _where(self, attempt: int | None = None) -> str:
+        case_id = dict(self.case).get("case_id")
+        tail = f" (attempt {attempt})" if attempt else ""
+        return f"phase {self.phase!r} of case {case_id!r}{tail}"
+
+    # -- inputs -------------------------------------------------------------------------------------
+    def resolve_inputs(self, context: Any) -> tuple[dict[str, str], dict[str, str]]:
+        """Upstream phase -> committed output URI, and -> its cache key."""
+        if self.inputs:
+            return dict(self.inputs), {}
+        ti = context["ti"]
+        uris: dict[str, str] = {}
+        keys: dict[str, str] = {}
+        for up_phase, task_ids in self.upstream_phases.items():
+            value = None
+            for task_id in task_ids:  # a spot task and its on-demand twin: one of them produced it
+                found = ti.xcom_pull(task_ids=task_id, map_indexes=ti.map_index)
+                if isinstance(found, dict) and found.get("output_uri"):
+                    value = found
+                    break
+            if value is None:
+                from avsim.operators.exceptions import PhaseBadInput
+
+                raise PhaseBadInput(
+                    f"{self._where()}: upstream phase {up_phase!r} ({', '.join(task_ids)}) left no committed output"
+                )
+            uris[up_phase] = str(value["output_uri"])
+            keys[up_phase] = str(value.get("cache_key", ""))
+        return uris, keys
+
+    def runtime_spec(self) -> dict[str, Any]:
+        if self.is_run_level:
+            return dict(self.head["run_phases"][self.phase])
+        return phase_spec_for(self.head, dict(self.case), self.phase)
+
+    # -- begin --------------------------------------------------------------------------------------
+    def attempt_for(self, context: Any, number: int = 0) -> tuple[PhaseAttempt, str]:
+        """The phase's attempt ``number`` (0: not claimed yet) and its cache key, from the run's
+        snapshot and the upstream phases' committed outputs. A deferred operator that resumes rebuilds
+        its attempt with this."""
+        from avsim.ledger.cache import cache_key
+
+        case = dict(self.case)
+        spec = self.runtime_spec()
+        uris, upstream_keys = self.resolve_inputs(context)
+        key = (
+            ""
+            if self.is_run_level
+            else cache_key(
+                image=str(self.run.get("image", "")),
+                phase=self.phase,
+                spec=spec,
+                case=case,
+                upstream_keys=upstream_keys,
+            )
+        )
+        attempt = PhaseAttempt(
+            layout=self.layout,
+            case=case,
+            phase=self.phase,
+            attempt=number,
+            runtime=PhaseRuntime.from_spec(spec),
+            build_id=str(self.run.get("build_id", "")),
+            image=str(self.run.get("image", "")),
+            inputs=uris,
+            node_class=self.node_class,
+        )
+        self._cache_key = key
+        return attempt, key
+
+    def begin_attempt(self, context: Any) -> PhaseAttempt | dict[str, Any]:
+        """The claimed attempt to launch, or the phase's committed result (a dict) when there is nothing
+        to launch. Raises when the phase must fail without launching."""
+        ti = context["ti"]
+        attempt, key = self.attempt_for(context)
+        runtime = attempt.runtime
+        committed = self.ledger.outcome(attempt.case_id, self.phase)
+        if committed is not None and committed.outcome.produced_output:
+            self.log.info(
+                "%s already has a committed result (attempt %d, %s): reused, nothing launched",
+                self._where(),
+                committed.attempt,
+                committed.outcome.value,
+            )
+            return self._xcom(committed)
+        template = AttemptRecord(
+            run_key=self.layout.run_key,
+            case_id=attempt.case_id,
+            phase=self.phase,
+            attempt=0,
+            started_at=_now().isoformat(),
+            ended_at="",
+            exit_code=None,
+            outcome=None,
+            reason="",
+            output_uri="",
+            host=socket.gethostname(),
+            duration_seconds=0.0,
+            state="started",
+            try_number=int(ti.try_number),
+            task_id=self.task_id,
+            round_start=self._round_start(ti),
+            node_class=self.node_class,
+            gpus=runtime.gpus,
+        )
+        if key and self._reuse_outputs:
+            hit = self.cache.lookup(key)
+            if hit is not None:
+                return self._commit_reused(template, key, hit)
+        state = self.breaker.state()
+        if state.is_open:
+            return self._fail_without_launch(
+                template,
+                Outcome.BAD_BUILD,
+                "breaker_open",
+                f"circuit breaker open for build {self.run.get('build_id')} ({self.breaker.digest}): "
+                f"{state.reason}; nothing launched. Reset it with `avsim breaker reset {self.breaker.digest}` "
+                "once the build is fixed, or start a run with a new build",
+            )
+        self._settle_abandoned(ti)
+        self._check_budgets_before_launch(template, runtime)
+        claimed = self.ledger.claim_attempt(template)
+        return attempt.with_attempt(claimed.attempt)
+
+    @property
+    def _reuse_outputs(self) -> bool:
+        return bool(getattr(self, "reuse_outputs", True))
+
+    def _round_start(self, ti: Any) -> int:
+        """The first try of the task's current round (a clear starts a new round with fresh budgets)."""
+        max_tries = int(getattr(ti, "max_tries", 0) or 0)
+        retries = int(self.retries or 0)
+        return max(1, max_tries - retries + 1)
+
+    def _settle_abandoned(self, ti: Any) -> None:
+        """Attempts of earlier tries still marked started: their worker was lost. Record them as infra."""
+        for rec in self.ledger.attempts(dict(self.case)["case_id"], self.phase):
+            if rec.state == "started" and rec.try_number < int(ti.try_number):
+                self.log.warning(
+                    "%s never reported (try %d): recorded as lost", self._where(rec.attempt), rec.try_number
+                )
+                self.ledger.record_attempt(
+                    dataclasses.replace(
+                        rec,
+                        state="ended",
+                        ended_at=_now().isoformat(),
+                        outcome=Outcome.INFRA_FAILED,
+                        detail="abandoned",
+                        reason=f"no report from try {rec.try_number}: its worker was lost or killed",
+                    )
+                )
+
+    def _round_counts(self, ti_round_start: int) -> dict[str, int]:
+        counts = {Outcome.INFRA_FAILED.value: 0, Outcome.PREEMPTED.value: 0}
+        for rec in self.ledger.attempts(dict(self.case)["case_id"], self.phase):
+            mine = rec.task_id == self.task_id and rec.try_number >= ti_round_start and rec.ended
+            if mine and rec.outcome is not None and rec.outcome.value in counts:
+                counts[rec.outcome.value] += 1
+        return counts
+
+    def _budgets(self, runtime: PhaseRuntime) -> dict[str, int]:
+        r = runtime.retry
+        return {
+            Outcome.INFRA_FAILED.value: r.infrastructure,
+            Outcome.PREEMPTED.value: preemption_budget(
+                self.role, r.preemption, r.on_demand_after_preemptions
+            ),
+        }
+
+    def _check_budgets_before_launch(self, template: AttemptRecord, runtime: PhaseRuntime) -> None:
+        counts = self._round_counts(template.round_start)
+        budgets = self._budgets(runtime)
+        if counts[Outcome.INFRA_FAILED.value] > budgets[Outcome.INFRA_FAILED.value]:
+            # Only a lost worker's attempt (settled above) can get here: nothing else raised for it.
+            self._commit_failure_and_raise(
+                template,
+                AttemptResult(
+                    Outcome.INFRA_FAILED,
+                    reason="lost workers used up the infrastructure budget",
+                    detail="abandoned",
+                ),
+                exhausted=True,
+            )
+
+    # -- end ----------------------------------------------------------------------------------------
+    def end_attempt(
+        self, context: Any, attempt: PhaseAttempt, result: AttemptResult, started: dt.datetime
+    ) -> dict[str, Any]:
+        """Record and classify the attempt's end: return the phase's result or raise by class."""
+        ti = context["ti"]
+        ended = _now()
+        rec = AttemptRecord(
+            run_key=self.layout.run_key,
+            case_id=attempt.case_id,
+            phase=self.phase,
+            attempt=attempt.attempt,
+            started_at=started.isoformat(),
+            ended_at=ended.isoformat(),
+            exit_code=result.exit_code,
+            outcome=result.outcome,
+            reason=result.reason[-500:],
+            output_uri=attempt.output_uri,
+            host=socket.gethostname(),
+            duration_seconds=(ended - started).total_seconds(),
+            state="ended",
+            try_number=int(ti.try_number),
+            task_id=self.task_id,
+            round_start=self._round_start(ti),
+            node_class=self.node_class,
+            gpus=attempt.runtime.gpus,
+            detail=result.detail,
+            runner=result.runner,
+        )
+        self.ledger.record_attempt(rec)
+        self._observe(rec, attempt)
+        outcome = result.outcome
+        where = self._where(attempt.attempt)
+        if outcome.produced_output:
+            committed = self._commit(rec, result, attempt)
+            if outcome is Outcome.SCENARIO_FAILED:
+                self.log.warning("%s: the driving software failed the scenario (recorded as a result)", where)
+            return committed
+        if outcome in (Outcome.BAD_INPUT, Outcome.BAD_BUILD):
+            self._commit_failure_and_raise(rec, result, exhausted=False)
+        counts = self._round_counts(rec.round_start)
+        budgets = self._budgets(attempt.runtime)
+        cls = outcome.value
+        retry = attempt.runtime.retry
+        if (
+            cls == Outcome.PREEMPTED.value
+            and self.role == ROLE_SPOT
+            and retry.preemption > 0
+            and counts[cls] >= retry.on_demand_after_preemptions
+        ):
+            from avsim.operators.exceptions import PhaseFallbackToOnDemand
+
+            raise PhaseFallbackToOnDemand(
+                f"{where} was preempted {counts[cls]} times on spot nodes: the next attempt runs on on-demand "
+                f"nodes ({self.task_id}_on_demand)"
+            )
+        final_try = int(ti.try_number) > int(getattr(ti, "max_tries", self.retries or 0) or 0)
+        if counts.get(cls, 0) > budgets.get(cls, 0) or final_try:
+            self._commit_failure_and_raise(rec, result, exhausted=True, counts=counts, budgets=budgets)
+        delay = attempt.runtime.retry.delay_for(cls, counts.get(cls, 1))
+        self._raise_retriable(rec, result, dt.timedelta(seconds=delay), counts, budgets)
+        raise AssertionError("unreachable")
+
+    def _observe(self, rec: AttemptRecord, attempt: PhaseAttempt) -> None:
+        from avsim import metrics
+
+        assert rec.outcome is not None
+        res_class = "gpu" if attempt.runtime.gpus else "cpu"
+        metrics.phase_outcome(self.phase, rec.outcome.value, res_class, self.node_class)
+        if attempt.runtime.gpus:
+            metrics.gpu_seconds(self.phase, rec.duration_seconds * attempt.runtime.gpus, self.node_class)
+        if rec.outcome is Outcome.PREEMPTED:
+            metrics.preemption(self.phase, self.node_class)
+        first = rec.attempt == 1 and rec.outcome is not Outcome.PREEMPTED and not self.is_run_level
+        if first and self.breaker.record(rec.outcome.counts_against_build, self._where(rec.attempt)):
+            metrics.breaker_trip(str(self.run.get("build_id", "")), self.breaker.digest)
+
+    def _outcome_record(self, rec: AttemptRecord, result: AttemptResult, *, output: bool) -> OutcomeRecord:
+        return OutcomeRecord(
+            run_key=self.layout.run_key,
+            case_id=rec.case_id,
+            phase=self.phase,
+            attempt=rec.attempt,
+            outcome=result.outcome,
+            output_uri=rec.output_uri if output else "",
+            committed_at=_now().isoformat(),
+            reason=result.reason[-500:],
+            result=self._small_result(rec.output_uri) if output else {},
+            cache_key=getattr(self, "_cache_key", "") if output else "",
+            detail=result.detail,
+        )
+
+    def _commit(self, rec: AttemptRecord, result: AttemptResult, attempt: PhaseAttempt) -> dict[str, Any]:
+        out = self._outcome_record(rec, result, output=True)
+        self.ledger.commit(out)
+        final = self.ledger.outcome(rec.case_id, self.phase) or out
+        if final.cache_key and final.attempt == rec.attempt:
+            self.cache.store(final.cache_key, final)
+        return self._xcom(final)
+
+    def _commit_failure_and_raise(
+        self,
+        rec: AttemptRecord,
+        result: AttemptResult,
+        *,
+        exhausted: bool,
+        counts: Mapping[str, int] | None = None,
+        budgets: Mapping[str, int] | None = None,
+    ) -> None:
+        from avsim.operators import exceptions as exc
+
+        self.ledger.commit(self._outcome_record(rec, result, output=False))
+        where = self._where(rec.attempt or None)
+        what = f"{result.reason or result.outcome.value}" + (f" [{rec.runner}]" if rec.runner else "")
+        if result.outcome is Outcome.BAD_INPUT:
+            raise exc.PhaseBadInput(f"{where} rejected its input: {what}")
+        if result.outcome is Outcome.BAD_BUILD:
+            cls = exc.DETAIL_EXCEPTIONS.get(result.detail, exc.PhaseBadBuild)
+            raise cls(f"{where}: bad build {self.run.get('build_id')}: {what}")
+        klass = result.outcome.value + (f"/{result.detail}" if result.detail else "")
+        used = ""
+        if counts is not None and budgets is not None:
+            n, budget = counts.get(result.outcome.value, 0), budgets.get(result.outcome.value, 0)
+            used = f"; {n} {result.outcome.value} attempts with a budget of {budget} retries"
+        tail = "; no retries left" if exhausted else ""
+        raise exc.PhaseBudgetExhausted(f"{where} failed ({klass}): {what}{used}{tail}")
+
+    def _raise_retriable(
+        self,
+        rec: AttemptRecord,
+        result: AttemptResult,
+        delay: dt.timedelta,
+        counts: Mapping[str, int],
+        budgets: Mapping[str, int],
+    ) -> None:
+        from avsim.operators import exceptions as exc
+
+        default = exc.PhasePreempted if result.outcome is Outcome.PREEMPTED else exc.PhaseInfrastructureError
+        cls = exc.DETAIL_EXCEPTIONS.get(result.detail, default)
+        if not issubclass(cls, exc.PhaseRetriable):
+            cls = default
+        klass = result.outcome.value
+        runner = f" [{rec.runner}]" if rec.runner else ""
+        raise cls(
+            f"{self._where(rec.attempt)} {klass}{'/' + result.detail if result.detail else ''}{runner}: "
+            f"{result.reason or 'no reason given'} ({counts.get(klass, 0)} of {budgets.get(klass, 0)} {klass} "
+            f"retries used; next try in {delay.total_seconds():g}s)",
+            retry_delay=delay,
+        )
+
+    def _fail_without_launch(
+        self, template: AttemptRecord, outcome: Outcome, detail: str, reason: str
+    ) -> dict[str, Any]:
+        claimed = self.ledger.claim_attempt(template)
+        ended = dataclasses.replace(
+            claimed, state="ended", ended_at=_now().isoformat(), outcome=outcome, detail=detail, reason=reason
+        )
+        self.ledger.record_attempt(ended)
+        self._commit_failure_and_raise(
+            ended, AttemptResult(outcome, reason=reason, detail=detail), exhausted=False
+        )
+        raise AssertionError("unreachable")
+
+    def _commit_reused(self, template: AttemptRecord, key: str, hit: Mapping[str, Any]) -> dict[str, Any]:
+        claimed = self.ledger.claim_attempt(template)
+        now = _now().isoformat()
+        outcome = Outcome(str(hit["outcome"]))
+        self.ledger.record_attempt(
+            dataclasses.replace(
+                claimed,
+                state="ended",
+                ended_at=now,
+                outcome=outcome,
+                output_uri=str(hit["output_uri"]),
+                detail="reused",
+                reason=f"reused the committed output of run {hit.get('run_key')} (cache key {key[:12]})",
+            )
+        )
+        rec = OutcomeRecord(
+            run_key=self.layout.run_key,
+            case_id=claimed.case_id,
+            phase=self.phase,
+            attempt=claimed.attempt,
+            outcome=outcome,
+            output_uri=str(hit["output_uri"]),
+            committed_at=now,
+            result=dict(hit.get("result") or {}),
+            cache_key=key,
+            reused_from=f"{hit.get('run_key')}:{hit.get('case_id')}/{hit.get('phase')}#{hit.get('attempt')}",
+            detail="reused",
+        )
+        self.ledger.commit(rec)
+        self.log.info(
+            "%s: reused the committed output %s (cache key %s): nothing launched",
+            self._where(),
+            rec.output_uri,
+            key[:12],
+        )
+        return self._xcom(self.ledger.outcome(claimed.case_id, self.phase) or rec)
+
+    def finish(self, context: Any, result: dict[str, Any]) -> dict[str, Any]:
+        """The phase has its result: a spot task tells the scheduler its on-demand twin will not run."""
+        if self.role == ROLE_SPOT:
+            twin_id = f"{self.task_id}{ON_DEMAND_SUFFIX}"
+            twins = [t for t in getattr(self, "downstream_list", []) if t.task_id == twin_id]
+            if twins:
+                self.skip(context["ti"], twins)
+        return result
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def _xcom(self, rec: OutcomeRecord) -> dict[str, Any]:
+        return {
+            "case_id": rec.case_id,
+            "phase": rec.phase,
+            "outcome": rec.outcome.value,
+            "output_uri": rec.output_uri,
+            "attempt": rec.attempt,
+            "cache_key": rec.cache_key,
+            "reused": bool(rec.reused_from),
+        }
+
+    def _small_result(self, output_uri: str) -> dict[str, Any]:
+        from avsim.storage import read_json
+
+        try:
+            data = read_json(f"{output_uri}/result.json")
+        except (FileNotFoundError, OSError, ValueError):
+            return {}
+        metrics = data.get("metrics", {}) if isinstance(data, dict) else {}
+        return {"metrics": metrics} if isinstance(metrics, dict) else {}
+
+    @staticmethod
+    def node_class_for(gpus: int, role: str) -> str:
+        if not gpus:
+            return NODE_CPU
+        return NODE_ON_DEMAND if role == ROLE_ON_DEMAND else NODE_SPOT

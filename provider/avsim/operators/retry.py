@@ -1,0 +1,70 @@
+"""Retry classes on top of Airflow 3.3's retry policies.
+
+Airflow gives a task one retry count and one backoff. avsim's phases have one budget and one
+backoff per failure class (infrastructure, preemption; bad input and a failed scenario are never
+retried). The split of work:
+
+* the task's ``retries`` is the sum of the class budgets it may use (:func:`task_retries`), so
+  Airflow never stops a phase before one of its budgets is used up;
+* the phase's lifecycle (:mod:`avsim.operators.lifecycle`) counts the failures of each class in
+  the task's current round of tries from the ledger, fails fast (``PhaseBudgetExhausted``) when
+  a class's budget is used up, and raises a retriable exception carrying that class's delay;
+* :class:`PhaseRetryPolicy` (a ``RetryPolicy``, evaluated in the worker) hands that delay to
+  Airflow. A try the scheduler fails for a missed heartbeat (a lost worker) never reaches a
+  policy: Airflow retries it after the task's ``retry_delay`` (the infrastructure delay), and the
+  next try records the lost attempt as an infrastructure failure before it counts the budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
+
+from avsim.operators.exceptions import PhaseRetriable
+
+#: Roles of a phase task: a phase with no on-demand twin, a GPU phase's spot task, its on-demand twin.
+ROLE_REGULAR = "regular"
+ROLE_SPOT = "spot"
+ROLE_ON_DEMAND = "on_demand"
+
+
+def preemption_budget(role: str, preemption: int, on_demand_after: int) -> int:
+    """Preemptions a task of ``role`` may absorb (the spot task hands over after ``on_demand_after``)."""
+    if role == ROLE_SPOT:
+        return min(preemption, on_demand_after)
+    if role == ROLE_ON_DEMAND:
+        return max(0, preemption - on_demand_after)
+    return preemption
+
+
+def task_retries(role: str, infrastructure: int, preemption: int, on_demand_after: int) -> int:
+    """Airflow ``retries`` of a phase task: every failure its class budgets allow."""
+    return infrastructure + preemption_budget(role, preemption, on_demand_after)
+
+
+class PhaseRetryPolicy(RetryPolicy):
+    """Retry a phase after the delay its failure class asks for; anything else: Airflow's default."""
+
+    def evaluate(
+        self, exception: BaseException, try_number: int, max_tries: int, context: Any = None
+    ) -> RetryDecision:
+        if isinstance(exception, PhaseRetriable):
+            return RetryDecision.retry(
+                delay=exception.retry_delay,
+                reason=f"{exception.failure_class}: retry after {exception.retry_delay}",
+            )
+        return RetryDecision.default()
+
+    def serialize(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def deserialize(cls, data: dict[str, Any]) -> PhaseRetryPolicy:
+        return cls()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PhaseRetryPolicy)
+
+    def __hash__(self) -> int:
+        return hash(type(self))

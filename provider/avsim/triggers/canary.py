@@ -1,0 +1,107 @@
+"""The canary gate's trigger: watches the canary's first attempts in the ledger and decides the gate.
+
+It reads, at an interval, the first-attempt records of the canary cases' phases (each record is read
+until it has ended, then kept), and whether the canary shard run has written its summary. It writes
+the gate's state to ``canary/gate.json`` (for the report and the UI page) whenever it changes, and
+fires one event when the gate is decided (``passed`` / ``failed``) or cannot be (``error``).
+Arguments are JSON-friendly; the classpath comes from ``__module__``/``__qualname__``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from avsim.artifacts import RunLayout
+from avsim.plan.canary import WAITING, GateDecision, gate_decision
+
+
+class CanaryGateTrigger(BaseTrigger):
+    """:param canary_cases: canary case id -> its phase names. :param shard: the canary's shard index."""
+
+    def __init__(
+        self,
+        *,
+        artifact_root: str,
+        run_key: str,
+        canary_cases: dict[str, list[str]],
+        threshold: float,
+        build: str,
+        shard: int = 0,
+        poll_interval: float = 30.0,
+    ) -> None:
+        super().__init__()
+        self.artifact_root = artifact_root
+        self.run_key = run_key
+        self.canary_cases = {str(k): list(v) for k, v in canary_cases.items()}
+        self.threshold = float(threshold)
+        self.build = build
+        self.shard = int(shard)
+        self.poll_interval = float(poll_interval)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "artifact_root": self.artifact_root,
+                "run_key": self.run_key,
+                "canary_cases": self.canary_cases,
+                "threshold": self.threshold,
+                "build": self.build,
+                "shard": self.shard,
+                "poll_interval": self.poll_interval,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        seen: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in self.canary_cases}
+        last_state: dict[str, Any] | None = None
+        try:
+            while True:
+                decision = await asyncio.to_thread(self.check, seen)
+                state = decision.to_json()
+                if state != last_state:
+                    await asyncio.to_thread(self.record, decision)
+                    last_state = state
+                if decision.state != WAITING:
+                    yield TriggerEvent({"status": decision.state, **state})
+                    return
+                await asyncio.sleep(self.poll_interval)
+        except Exception as exc:
+            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+
+    def check(self, seen: dict[str, dict[str, dict[str, Any]]]) -> GateDecision:
+        """One look at the ledger (blocking; runs in a thread)."""
+        from avsim.ledger.documents import DocumentStore
+
+        docs = DocumentStore()
+        layout = RunLayout(self.artifact_root, self.run_key)
+        for case_id, phases in self.canary_cases.items():
+            for phase in phases:
+                if phase in seen[case_id]:
+                    continue
+                rec = docs.read(layout.attempt_record(case_id, phase, 1))
+                ended = isinstance(rec, dict) and rec.get("state", "ended") == "ended" and rec.get("outcome")
+                # A preemption says nothing about the build: wait for the attempt that follows it.
+                if ended and isinstance(rec, dict) and rec.get("outcome") != "preempted":
+                    seen[case_id][phase] = rec
+        done = docs.read(layout.shard_summary(self.shard)) is not None
+        return gate_decision(
+            {c: list(v.values()) for c, v in seen.items()},
+            threshold=self.threshold,
+            canary_done=done,
+            build=self.build,
+        )
+
+    def record(self, decision: GateDecision) -> None:
+        from avsim.ledger.documents import DocumentStore
+
+        layout = RunLayout(self.artifact_root, self.run_key)
+        DocumentStore().put(
+            layout.canary_gate,
+            {**decision.to_json(), "build_id": self.build, "updated_at": dt.datetime.now(dt.UTC).isoformat()},
+        )
