@@ -15,6 +15,8 @@ manifest_app = typer.Typer(help="Write and check weekly manifests.", no_args_is_
 catalog_app = typer.Typer(help="The graph catalog that shapes the weekly DAGs.", no_args_is_help=True)
 app.add_typer(manifest_app, name="manifest")
 app.add_typer(catalog_app, name="catalog")
+pools_app = typer.Typer(help="The Airflow pools the weekly run's phases use.", no_args_is_help=True)
+app.add_typer(pools_app, name="pools")
 
 
 def _fail(exc: Exception) -> None:
@@ -275,6 +277,26 @@ def plan(
         _fail(exc)
         return
     typer.echo(output.text)
+
+
+@pools_app.command("sync")
+def pools_sync(
+    capacity_file: Path = typer.Argument(
+        ..., help="The capacity file (YAML), e.g. dags/avsim_capacity.yaml."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would change; change nothing."),
+) -> None:
+    """Create or update the GPU spot, GPU on-demand and CPU pools from a capacity file."""
+    from avsim.pools import desired_pools, load_capacity, sync_pools
+    from avsim.settings import load_settings
+
+    try:
+        changes = sync_pools(desired_pools(load_capacity(capacity_file), load_settings()), dry_run=dry_run)
+    except AvsimError as exc:
+        _fail(exc)
+        return
+    for change in changes:
+        typer.echo(("(dry run) " if dry_run else "") + str(change))
 
 
 def main() -> None:

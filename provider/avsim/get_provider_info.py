@@ -24,6 +24,8 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["avsim.operators.phase", "avsim.operators.shard"],
             }
         ],
+        "sensors": [{"integration-name": "avsim", "python-modules": ["avsim.deadline.sensor"]}],
+        "triggers": [{"integration-name": "avsim", "python-modules": ["avsim.deadline.trigger"]}],
         "integrations": [
             {
                 "integration-name": "avsim",
