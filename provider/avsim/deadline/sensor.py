@@ -175,7 +175,7 @@ class DeadlineTrackerSensor(BaseSensorOperator):
                 "gpus_needed": gpus_needed,
                 "estimate": {
                     k: estimate.get(k)
-                    for k in ("finish", "deadline", "seconds_late", "gpus_in_use", "reason")
+                    for k in ("estimated_finish", "deadline", "seconds_late", "gpus_in_use", "reason")
                 },
                 "results": [r.to_json() for r in results],
             },

@@ -1,0 +1,105 @@
+"""The weekly run's Deadline Alert: its reference, its serialized form, and what a miss records."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from avsim.artifacts import RunLayout
+from avsim.dagbuild.tasks import run_key_for
+from avsim.deadline.alert import ALERT_NAME, deadline_alert, missed_uri, on_deadline_missed
+from avsim.deadline.reference import AvsimRunDeadline, run_deadline
+from avsim.settings import AvsimSettings, DeadlineSettings
+from avsim.storage import write_json
+
+MONDAY = dt.datetime(2026, 11, 30, 6, 0, tzinfo=dt.UTC)
+
+
+def test_conf_deadline_wins_over_the_default() -> None:
+    got = run_deadline({"deadline": "2026-12-06T19:00:00+01:00"}, MONDAY, 3600)
+    assert got == dt.datetime(2026, 12, 6, 18, 0, tzinfo=dt.UTC)
+    assert run_deadline({"manifest": "s3://x"}, MONDAY, 156 * 3600) == dt.datetime(
+        2026, 12, 6, 18, tzinfo=dt.UTC
+    )
+    assert run_deadline(None, MONDAY, 60) == MONDAY + dt.timedelta(minutes=1)
+
+
+def test_a_bad_conf_deadline_falls_back_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="avsim.deadline.reference"):
+        for bad in ("sunday", "2026-12-06T18:00:00", 1765044000):
+            assert run_deadline({"deadline": bad}, MONDAY, 3600) == MONDAY + dt.timedelta(hours=1)
+    assert caplog.text.count("is not an ISO 8601 date-time with a time zone") == 3
+
+
+def test_the_alert_survives_airflows_serialization() -> None:
+    """As the dag-processor writes it and the scheduler reads it back (through the plugin registry)."""
+    from airflow.serialization.decoders import decode_deadline_alert
+    from airflow.serialization.definitions.deadline import SerializedReferenceModels
+    from airflow.serialization.encoders import encode_deadline_alert
+
+    alert = deadline_alert(AvsimSettings(deadline=DeadlineSettings(default_hours=2.5)))
+    encoded = encode_deadline_alert(alert)
+    assert encoded["reference"] == {
+        "reference_type": "AvsimRunDeadline",
+        "default_after_seconds": 9000.0,
+        "__class_path": "avsim.deadline.reference.AvsimRunDeadline",
+    }
+    assert encoded["name"] == ALERT_NAME
+    decoded = decode_deadline_alert(json.loads(json.dumps(encoded)))
+    assert isinstance(decoded.reference, SerializedReferenceModels.SerializedCustomReference)
+    assert decoded.reference.inner_ref == AvsimRunDeadline(default_after_seconds=9000.0)
+    assert decoded.interval == dt.timedelta(0)
+    assert decoded.callback.path == "avsim.deadline.alert.on_deadline_missed"
+
+
+def test_a_dag_with_the_alert_serializes() -> None:
+    from airflow.sdk import DAG
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    with DAG("alerted", schedule=None, deadline=deadline_alert(AvsimSettings())) as dag:
+        pass
+    data = DagSerialization.to_dict(dag)
+    assert "AvsimRunDeadline" in json.dumps(data)
+
+
+def _context(deadline: dt.datetime) -> dict[str, object]:
+    # What the scheduler's Deadline.handle_miss hands the callback.
+    return {
+        "dag_run": {"dag_id": "avsim_weekly", "dag_run_id": "manual__w49", "state": "running", "conf": {}},
+        "deadline": {"id": "0193", "deadline_time": deadline},
+    }
+
+
+def test_a_miss_is_recorded_with_the_trackers_latest_estimate(tmp_path: Path) -> None:
+    root = f"file://{tmp_path}"
+    layout = RunLayout(root, run_key_for("avsim_weekly", "manual__w49"))
+    deadline = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
+    write_json(layout.deadline_latest, {"seconds_late": 5400.0, "gpus_needed": 31, "reason": "late by 1.5 h"})
+    out = asyncio.run(on_deadline_missed(context=_context(deadline), artifact_root=root))
+    doc = json.loads(Path(missed_uri(layout.deadline_dir).removeprefix("file://")).read_text())
+    assert doc["run_id"] == "manual__w49" and doc["dag_id"] == "avsim_weekly"
+    assert doc["deadline"] == deadline.isoformat()
+    assert doc["seconds_late"] == 5400.0, "the tracker's estimate is later than now"
+    assert doc["latest_estimate"]["gpus_needed"] == 31
+    assert out == {k: doc[k] for k in ("run_key", "deadline", "missed_at", "seconds_late")}
+
+
+def test_a_miss_without_an_estimate_counts_from_the_deadline(tmp_path: Path) -> None:
+    root = f"file://{tmp_path}"
+    deadline = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=10)
+    ctx = _context(deadline)
+    ctx["deadline"] = {"id": "0193", "deadline_time": deadline.isoformat()}  # as JSON, also accepted
+    out = asyncio.run(on_deadline_missed(context=ctx, artifact_root=root))
+    assert 590 < out["seconds_late"] < 700
+    layout = RunLayout(root, run_key_for("avsim_weekly", "manual__w49"))
+    assert (
+        json.loads(Path(missed_uri(layout.deadline_dir).removeprefix("file://")).read_text())[
+            "latest_estimate"
+        ]
+        is None
+    )
