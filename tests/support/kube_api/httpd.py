@@ -385,7 +385,7 @@ class KubeRequestHandler(BaseHTTPRequestHandler):
                             self._bookmark(res, rv)
                         next_bookmark = time.monotonic() + api.bookmark_interval
                     continue
-                if line is CLOSE:
+                if line == CLOSE:  # the server is stopping
                     raise ClientGone
                 self._chunk(line)
                 api._count_events(1)

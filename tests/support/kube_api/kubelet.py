@@ -665,14 +665,9 @@ class Kubelet:
         self._update(rt, lambda pod: set_condition(pod["status"], "DisruptionTarget", True, reason, message))
 
     def _lose(self, rt: PodRuntime) -> None:
-        """The node is gone: the pod leaves the API with no final status; its processes die."""
-        if rt.state == "removed":
-            return
-        with contextlib.suppress(ApiError):
-            current = self.store.try_get("pods", rt.namespace, rt.name)
-            if current is not None and current["metadata"]["uid"] == rt.uid:
-                self.store.remove(PODS, rt.namespace, rt.name)
-        self._discard(rt)
+        """The node is gone: its processes die, then the pod leaves the API with no final status."""
+        if rt.state != "removed":
+            self._discard(rt)
 
     def _delete_via_api(self, rt: PodRuntime, grace: int) -> None:
         """What the API server does for an Eviction or DELETE: mark Terminating, then stop."""

@@ -92,6 +92,7 @@ class FakeKubeAPI:
             collections.deque(maxlen=100_000) if request_log else None
         )
         self._connections: set[socket.socket] = set()
+        self._connections_accepted = 0
         self._handler_threads: set[threading.Thread] = set()
         self._server: KubeHTTPServer | None = None
         self._serve_thread: threading.Thread | None = None
@@ -273,6 +274,7 @@ class FakeKubeAPI:
     def _connection_opened(self, conn: socket.socket) -> None:
         with self._stats_lock:
             self._connections.add(conn)
+            self._connections_accepted += 1
             self._handler_threads.add(threading.current_thread())
 
     def _connection_closed(self, conn: socket.socket) -> None:
@@ -315,6 +317,12 @@ class FakeKubeAPI:
     def open_connections(self) -> int:
         with self._stats_lock:
             return len(self._connections)
+
+    @property
+    def connections_accepted(self) -> int:
+        """TCP connections accepted since start (a client that reconnects per call shows here)."""
+        with self._stats_lock:
+            return self._connections_accepted
 
     @property
     def active_watches(self) -> int:

@@ -26,7 +26,7 @@ from .selectors import FieldPredicate, Requirement, labels_match
 Obj = dict[str, Any]
 _IDENTITY_FIELDS = ("uid", "creationTimestamp", "namespace", "name")
 _SYSTEM_FIELDS = (*_IDENTITY_FIELDS, "deletionTimestamp", "deletionGracePeriodSeconds")
-CLOSE = b""  # sentinel put in a watcher's queue when the server stops
+CLOSE = b""  # put in a watcher's queue when the server stops; event lines are never empty
 
 
 def encode_event(kind: str, obj: Mapping[str, Any]) -> bytes:
