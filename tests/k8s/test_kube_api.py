@@ -857,10 +857,15 @@ def _kpo(conn_id: str, code: str, *, name: str = "sim-c7", case: str = "c7", **k
 CASE = "import os, time\nfor i in range(3):\n    print('step', i, os.environ['CASE_ID'], flush=True)\n    time.sleep(0.2)"
 
 
-def test_stock_kubernetes_pod_operator_sync_runs_to_completion(kube: FakeKubeAPI, kpo_conn: str) -> None:
+def test_stock_kubernetes_pod_operator_sync_runs_to_completion(
+    kube: FakeKubeAPI, kpo_conn: str, kubeconfig: Path
+) -> None:
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
     assert KubernetesHook(conn_id=kpo_conn).core_v1_client.list_namespaced_pod("sims").items == []
+    by_file = KubernetesHook(config_file=str(kubeconfig))
+    assert by_file.get_namespace() is None and by_file.is_in_cluster is False
+    assert by_file.core_v1_client.list_namespaced_pod("sims").items == []
     context = _hand_built_context()
     _kpo(kpo_conn, CASE, on_finish_action="keep_pod").execute(context)
     (pod,) = kube.pods("sims")
