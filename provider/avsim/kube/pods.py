@@ -1,0 +1,215 @@
+"""Phase pods as plain data: names, labels, the hardened pod spec, and how a pod's status is classified.
+
+Everything here works on JSON-shaped dicts (what the API server sends, what a watch event holds),
+imports no Kubernetes client, and is tested without one. The operator turns the spec into a
+``V1Pod`` and the trigger classifies the pods its watch sees with the same function as the
+operator's synchronous path, so both backends' paths agree on what happened to a pod.
+
+Classification (:func:`classify_pod`), first match wins:
+
+==============================================================  ==================  ============
+pod status                                                      outcome             detail
+==============================================================  ==================  ============
+gone from the API (404, DELETED event) before it ended          preempted (spot) /  vanished
+                                                                infra_failed
+no heartbeat for longer than the lease                          infra_failed        lease_expired
+a container waiting with ErrImagePull, ImagePullBackOff,         bad_build           image_pull
+InvalidImageName
+``DisruptionTarget`` condition, or status reason Evicted,       preempted           evicted /
+Preempting, Shutdown, Terminated, NodeShutdown, NodeLost                            node_shutdown
+container terminated OOMKilled                                  infra_failed        oom
+status reason DeadlineExceeded (activeDeadlineSeconds)          infra_failed        timeout
+Succeeded                                                       passed              (exit 0)
+container terminated with an exit code                          by the phase contract's exit codes
+==============================================================  ==================  ============
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from avsim.phases.contract import NODE_SPOT, AttemptResult, Outcome, classify_exit_code
+
+#: Labels every avsim phase pod carries; the triggerer's shared watch selects on ``MANAGED``.
+LABEL_MANAGED = "avsim.io/managed"
+LABEL_RUN = "avsim.io/run"
+LABEL_CASE = "avsim.io/case"
+LABEL_PHASE = "avsim.io/phase"
+LABEL_ATTEMPT = "avsim.io/attempt"
+LABEL_NODE_CLASS = "avsim.io/node-class"
+#: The container that runs the phase.
+CONTAINER = "base"
+
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+DISRUPTION_REASONS = frozenset(
+    {"Evicted", "Preempting", "Shutdown", "Terminated", "NodeShutdown", "NodeLost"}
+)
+_UNSAFE = re.compile(r"[^a-z0-9-]+")
+
+
+def label_value(value: str) -> str:
+    """A label value from free text: at most 63 characters, a short hash keeps it unique when cut."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", value).strip("-_.")
+    if len(safe) <= 63 and safe == value:
+        return safe
+    digest = hashlib.sha256(value.encode()).hexdigest()[:8]
+    return f"{safe[:54].strip('-_.')}-{digest}"
+
+
+def pod_name(run_key: str, case_id: str, phase: str, attempt: int) -> str:
+    """``avsim-<case>-<phase>-a<n>-<hash>``: DNS-1123, at most 63 characters, unique per attempt."""
+    digest = hashlib.sha256(f"{run_key}\0{case_id}\0{phase}\0{attempt}".encode()).hexdigest()[:10]
+    stem = _UNSAFE.sub("-", f"{case_id}-{phase}".lower()).strip("-")[:36].strip("-")
+    return f"avsim-{stem}-a{attempt}-{digest}"
+
+
+def attempt_labels(run_key: str, case_id: str, phase: str, attempt: int, node_class: str) -> dict[str, str]:
+    return {
+        LABEL_MANAGED: "true",
+        LABEL_RUN: label_value(run_key),
+        LABEL_CASE: label_value(case_id),
+        LABEL_PHASE: label_value(phase),
+        LABEL_ATTEMPT: str(attempt),
+        LABEL_NODE_CLASS: node_class,
+    }
+
+
+def phase_selector(run_key: str, case_id: str, phase: str) -> str:
+    """Label selector of every pod (every attempt) of one phase of one case."""
+    return ",".join(
+        f"{k}={v}"
+        for k, v in (
+            (LABEL_MANAGED, "true"),
+            (LABEL_RUN, label_value(run_key)),
+            (LABEL_CASE, label_value(case_id)),
+            (LABEL_PHASE, label_value(phase)),
+        )
+    )
+
+
+def _get(d: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(p)
+    return d
+
+
+def base_container_status(pod: Mapping[str, Any], container: str = CONTAINER) -> Mapping[str, Any] | None:
+    statuses = _get(pod, "status", "containerStatuses") or []
+    for s in statuses:
+        if isinstance(s, Mapping) and s.get("name") == container:
+            return s
+    return statuses[0] if statuses and isinstance(statuses[0], Mapping) else None
+
+
+def is_running(pod: Mapping[str, Any]) -> bool:
+    return _get(pod, "status", "phase") == "Running"
+
+
+def running_since(pod: Mapping[str, Any], container: str = CONTAINER) -> str | None:
+    """When the base container started (RFC 3339), if it is running."""
+    status = base_container_status(pod, container)
+    return _get(status, "state", "running", "startedAt")
+
+
+def classify_pod(
+    pod: Mapping[str, Any] | None,
+    *,
+    node_class: str,
+    container: str = CONTAINER,
+    lease_expired: bool = False,
+    lease_seconds: float = 0,
+) -> AttemptResult | None:
+    """How a phase pod's attempt ended, or None while it is still pending or running.
+
+    ``pod`` is None when the pod is gone from the API (deleted by a node controller, a lost node).
+    """
+    if pod is None:
+        outcome = Outcome.PREEMPTED if node_class == NODE_SPOT else Outcome.INFRA_FAILED
+        return AttemptResult(
+            outcome,
+            None,
+            "the pod disappeared from the API before it ended (its node was lost or reclaimed)",
+            "vanished",
+        )
+    name = str(_get(pod, "metadata", "name") or "")
+    status = base_container_status(pod, container)
+    if lease_expired:
+        return AttemptResult(
+            Outcome.INFRA_FAILED,
+            None,
+            f"no heartbeat renewal for more than {lease_seconds:g}s: the phase hung; its pod was deleted",
+            "lease_expired",
+            name,
+        )
+    waiting = _get(status, "state", "waiting") or {}
+    if waiting.get("reason") in IMAGE_PULL_REASONS:
+        image = (status or {}).get("image") or ""
+        return AttemptResult(
+            Outcome.BAD_BUILD,
+            None,
+            f"{waiting.get('reason')}: {waiting.get('message') or 'the image cannot be pulled'} ({image})",
+            "image_pull",
+            name,
+        )
+    phase = _get(pod, "status", "phase")
+    pod_reason = str(_get(pod, "status", "reason") or "")
+    message = str(_get(pod, "status", "message") or "")
+    disruption = next(
+        (
+            c
+            for c in _get(pod, "status", "conditions") or []
+            if isinstance(c, Mapping)
+            and c.get("type") == "DisruptionTarget"
+            and str(c.get("status")) == "True"
+        ),
+        None,
+    )
+    terminated = _get(status, "state", "terminated") or {}
+    ended = phase in ("Succeeded", "Failed") or bool(terminated)
+    if disruption is not None or pod_reason in DISRUPTION_REASONS:
+        if not ended and disruption is not None:
+            return None  # being drained: wait for it to stop, then it is a preemption
+        why = (disruption or {}).get("reason") or pod_reason
+        text = (disruption or {}).get("message") or message or why
+        evicted = pod_reason == "Evicted" or why in ("EvictionByEvictionAPI", "PreemptionByScheduler")
+        detail = "evicted" if evicted else "node_shutdown"
+        return AttemptResult(Outcome.PREEMPTED, _exit_code(terminated), f"{why}: {text}", detail, name)
+    if not ended:
+        return None
+    if terminated.get("reason") == "OOMKilled":
+        return AttemptResult(
+            Outcome.INFRA_FAILED,
+            _exit_code(terminated),
+            "the container was OOM-killed: raise the phase's memory",
+            "oom",
+            name,
+        )
+    if pod_reason == "DeadlineExceeded":
+        return AttemptResult(
+            Outcome.INFRA_FAILED, _exit_code(terminated), f"timed out: {message}", "timeout", name
+        )
+    if phase == "Succeeded" and not terminated:
+        return AttemptResult(Outcome.PASSED, 0, "", "", name)
+    code = _exit_code(terminated)
+    if code is None:
+        return AttemptResult(
+            Outcome.INFRA_FAILED,
+            None,
+            f"the pod failed without an exit code: {pod_reason} {message}".strip(),
+            "crash",
+            name,
+        )
+    outcome = classify_exit_code(code)
+    detail = {Outcome.INFRA_FAILED: "crash", Outcome.PREEMPTED: "terminated"}.get(outcome, "")
+    reason = str(terminated.get("message") or terminated.get("reason") or "") if code else ""
+    return AttemptResult(outcome, code, reason, detail, name)
+
+
+def _exit_code(terminated: Mapping[str, Any]) -> int | None:
+    code = terminated.get("exitCode") if isinstance(terminated, Mapping) else None
+    return int(code) if code is not None else None

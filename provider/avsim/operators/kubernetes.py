@@ -1,0 +1,432 @@
+"""The Kubernetes backend: every attempt of a phase is one pod, run by a ``KubernetesPodOperator``.
+
+:class:`KubernetesPhaseOperator` keeps the stock operator's pod handling and changes it only at its
+seams:
+
+* ``execute`` is wrapped, not rewritten: the phase lifecycle (:mod:`avsim.operators.lifecycle`)
+  runs first (reuse a committed or cached result, check the build's breaker and the budgets, claim
+  the attempt), then the stock ``execute``;
+* ``build_pod_request_obj`` fills the pod from the attempt: the run's image by digest, the phase's
+  command, the contract's environment, requests and limits (``nvidia.com/gpu`` for GPU phases),
+  the node class's node selector and tolerations, the run class's PriorityClass, a non-root,
+  read-only, capability-free container, scratch and ``/dev/shm`` volumes, and the manifest's
+  allow-listed extras (:class:`avsim.manifest.models.PodOverrides`);
+* ``get_or_create_pod`` deletes the pods of earlier attempts of the same phase first and never
+  re-adopts a pod (the stock operator's known failures with spot pods: apache/airflow#39096,
+  #53015, #59626, #21701), then creates the attempt's pod and its heartbeat Lease;
+* ``invoke_defer_method`` defers to :class:`avsim.triggers.phase_pod.PhasePodTrigger` (one shared
+  watch per namespace, no polling per pod) and ``phase_complete`` takes its event;
+* ``cleanup`` (the synchronous path) classifies the finished pod the same way.
+
+Each way an attempt ends raises its own exception (:mod:`avsim.operators.exceptions`) whose
+message names the pod, the case and the phase.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from kubernetes.client import models as k8s
+from kubernetes.client.exceptions import ApiException
+
+from avsim.kube import pods
+from avsim.operators.lifecycle import PhaseLifecycle
+from avsim.operators.phase import upstream_task_ids
+from avsim.operators.retry import ROLE_REGULAR
+from avsim.phases import contract
+from avsim.phases.attempt import PhaseAttempt
+from avsim.phases.contract import AttemptResult, Outcome
+from avsim.settings import KubernetesSettings
+
+#: Log lines of a failed pod kept in the attempt's reason.
+LOG_TAIL_LINES = 20
+SCRATCH_MOUNT = "/tmp"
+
+
+class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
+    """Runs one phase attempt as a pod, under the avsim phase contract.
+
+    Takes the phase arguments of :class:`avsim.operators.phase.AvsimPhaseOperator` plus the cluster
+    settings (``kube``: :class:`avsim.settings.KubernetesSettings`); everything else is passed to
+    ``KubernetesPodOperator``.
+    """
+
+    template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "case", "run", "inputs")
+    ui_color = "#d8e4f3"
+    _can_skip_downstream = True
+
+    def __init__(
+        self,
+        *,
+        phase: str,
+        case: Any,
+        run: Any,
+        upstream_phases: Any = None,
+        inputs: Any = None,
+        role: str = ROLE_REGULAR,
+        gpus: int = 0,
+        reuse_outputs: bool = True,
+        kube: KubernetesSettings | None = None,
+        lease_check_interval: float = 5.0,
+        **kwargs: Any,
+    ) -> None:
+        if kube is None:
+            from avsim.settings import load_settings
+
+            kube = load_settings().kubernetes
+        kwargs.setdefault("kubernetes_conn_id", kube.conn_id)
+        kwargs.setdefault("namespace", kube.namespace)
+        kwargs.setdefault("deferrable", kube.deferrable)
+        kwargs.setdefault("startup_timeout_seconds", kube.startup_timeout_seconds)
+        kwargs.setdefault("schedule_timeout_seconds", kube.startup_timeout_seconds)
+        kwargs.setdefault("service_account_name", kube.service_account)
+        kwargs.setdefault("on_finish_action", "delete_pod")
+        kwargs.setdefault("get_logs", True)
+        kwargs.setdefault("log_events_on_startup", False)
+        kwargs.setdefault("termination_grace_period", 30)
+        # Never re-adopt a pod: a new try is a new attempt with its own pod (see get_or_create_pod).
+        kwargs["reattach_on_restart"] = False
+        kwargs["random_name_suffix"] = False
+        super().__init__(**kwargs)
+        self.phase = phase
+        self.case = case
+        self.run = run
+        self.upstream_phases = upstream_task_ids(upstream_phases)
+        self.inputs = inputs
+        self.role = role
+        self.gpus = gpus
+        self.node_class = self.node_class_for(gpus, role)
+        self.reuse_outputs = reuse_outputs
+        self.kube = kube
+        self.lease_check_interval = lease_check_interval
+        self._attempt: PhaseAttempt | None = None
+        self._started: dt.datetime | None = None
+        self._run_id = ""
+        self._sync_result: dict[str, Any] | None = None
+        self._lease_expired = threading.Event()
+
+    # -- execute: the lifecycle around the stock operator ---------------------------------------
+    def execute(self, context: Any) -> Any:
+        begun = self.begin_attempt(context)
+        if isinstance(begun, dict):
+            return self.finish(context, begun)
+        self._attempt, self._started = begun, dt.datetime.now(dt.UTC)
+        self._run_id = str(context.get("run_id", ""))
+        self.name = pods.pod_name(begun.layout.run_key, begun.case_id, begun.phase, begun.attempt)
+        self.log.info(
+            "avsim phase %s of case %s, attempt %d: pod %s on %s",
+            begun.phase,
+            begun.case_id,
+            begun.attempt,
+            self.name,
+            self.node_class,
+        )
+        watchdog = None if self.deferrable else self._start_lease_watchdog()
+        try:
+            super().execute(context)  # deferrable: defers; sync: ends in cleanup(), which records the attempt
+        finally:
+            if watchdog is not None:
+                watchdog.set()
+        assert self._sync_result is not None
+        return self.finish(context, self._sync_result)
+
+    # -- the pod ----------------------------------------------------------------------------------
+    def build_pod_request_obj(self, context: Any = None, *, dry_run: bool = False) -> k8s.V1Pod:
+        if self._attempt is not None:
+            self._configure_pod(self._attempt)
+        return super().build_pod_request_obj(context, dry_run=dry_run)
+
+    def _configure_pod(self, a: PhaseAttempt) -> None:
+        """Set the stock operator's pod fields from the attempt; it builds the V1Pod from them."""
+        overrides = a.runtime.pod
+        placement = self.kube.node_classes.get(self.node_class, {})
+        env = {
+            **overrides.env,
+            **a.environment(),
+            contract.ENV_LEASE_NAME: self.name or "",
+            contract.ENV_LEASE_NAMESPACE: self.namespace or self.kube.namespace,
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.image = a.image
+        self.cmds = list(a.runtime.command)
+        self.arguments = list(a.runtime.args)
+        self.env_vars = [k8s.V1EnvVar(name=k, value=v) for k, v in sorted(env.items())]
+        self.labels = {
+            **overrides.labels,
+            **pods.attempt_labels(a.layout.run_key, a.case_id, a.phase, a.attempt, self.node_class),
+        }
+        self.annotations = {**overrides.annotations, "avsim.io/build": a.build_id}
+        requests: dict[str, str] = {"cpu": f"{a.runtime.cpus:g}", "memory": a.runtime.memory}
+        limits: dict[str, str] = {"memory": a.runtime.memory}
+        if a.runtime.gpus:
+            requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(a.runtime.gpus)
+        if overrides.ephemeral_storage:
+            requests["ephemeral-storage"] = limits["ephemeral-storage"] = overrides.ephemeral_storage
+        self.container_resources = k8s.V1ResourceRequirements(requests=requests, limits=limits)
+        self.node_selector = dict(placement.get("node_selector") or {})
+        self.tolerations = [k8s.V1Toleration(**t) for t in placement.get("tolerations") or []]
+        run_class = (
+            "canary" if self._run_id.endswith("__canary") else str(self.run.get("run_class", "weekly"))
+        )
+        self.priority_class_name = self.kube.priority_classes.get(run_class) or None
+        uid = self.kube.run_as_user
+        self.security_context = k8s.V1PodSecurityContext(
+            run_as_non_root=True,
+            run_as_user=uid,
+            run_as_group=uid,
+            fs_group=uid,
+            seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+        )
+        self.container_security_context = k8s.V1SecurityContext(
+            run_as_non_root=True,
+            allow_privilege_escalation=False,
+            privileged=False,
+            read_only_root_filesystem=True,
+            capabilities=k8s.V1Capabilities(drop=["ALL"]),
+        )
+        self.volumes = [
+            k8s.V1Volume(
+                name="scratch", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit=overrides.ephemeral_storage)
+            )
+        ]
+        self.volume_mounts = [k8s.V1VolumeMount(name="scratch", mount_path=SCRATCH_MOUNT)]
+        if overrides.shm_size:
+            self.volumes.append(
+                k8s.V1Volume(
+                    name="dshm",
+                    empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=overrides.shm_size),
+                )
+            )
+            self.volume_mounts.append(k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"))
+        self.hostnetwork = False
+        self.automount_service_account_token = True  # the phase renews its Lease with it
+        self.active_deadline_seconds = int(a.runtime.timeout_seconds)
+
+    def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Any) -> k8s.V1Pod:
+        assert self._attempt is not None
+        self._remove_earlier_attempts(self._attempt, pod_request_obj.metadata.namespace)
+        pod = super().get_or_create_pod(pod_request_obj, context)
+        self._create_lease(self._attempt, pod.metadata.namespace, pod.metadata.name)
+        return pod
+
+    def _remove_earlier_attempts(self, a: PhaseAttempt, namespace: str) -> None:
+        """Delete every pod (and Lease) of another attempt of this phase: no earlier try is re-adopted."""
+        selector = pods.phase_selector(a.layout.run_key, a.case_id, a.phase)
+        found = self.client.list_namespaced_pod(namespace, label_selector=selector).items
+        for old in found:
+            if (old.metadata.labels or {}).get(pods.LABEL_ATTEMPT) == str(a.attempt):
+                continue
+            self.log.warning(
+                "deleting pod %s of an earlier attempt (%s) of %s before attempt %d starts",
+                old.metadata.name,
+                (old.metadata.labels or {}).get(pods.LABEL_ATTEMPT),
+                self._where(),
+                a.attempt,
+            )
+            self._delete(namespace, old.metadata.name, grace=0)
+
+    @cached_property
+    def coordination(self) -> Any:
+        from kubernetes.client import CoordinationV1Api
+
+        return CoordinationV1Api(self.client.api_client)
+
+    def _create_lease(self, a: PhaseAttempt, namespace: str, name: str) -> None:
+        if not a.runtime.lease_seconds:
+            return
+        body = k8s.V1Lease(
+            metadata=k8s.V1ObjectMeta(
+                name=name,
+                namespace=namespace,
+                labels=pods.attempt_labels(a.layout.run_key, a.case_id, a.phase, a.attempt, self.node_class),
+            ),
+            spec=k8s.V1LeaseSpec(lease_duration_seconds=int(a.runtime.lease_seconds), holder_identity=name),
+        )
+        try:
+            self.coordination.create_namespaced_lease(namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:  # a retry of this very step: the Lease is there
+                raise
+
+    def _delete(self, namespace: str, name: str, grace: int | None = None) -> None:
+        """Delete a pod and its Lease; already gone is fine."""
+        for call in (
+            lambda: self.client.delete_namespaced_pod(name, namespace, grace_period_seconds=grace),
+            lambda: self.coordination.delete_namespaced_lease(name, namespace),
+        ):
+            try:
+                call()
+            except ApiException as exc:
+                if exc.status != 404:
+                    self.log.warning("could not delete %s/%s: %s", namespace, name, exc.reason)
+
+    # -- deferrable: the shared-watch trigger ------------------------------------------------------
+    def invoke_defer_method(self, last_log_time: Any = None, context: Any = None) -> None:
+        from avsim.triggers.phase_pod import PhasePodTrigger
+
+        assert self._attempt is not None and self.pod is not None and self._started is not None
+        self.convert_config_file_to_dict()
+        self.defer(
+            trigger=PhasePodTrigger(
+                pod_name=self.pod.metadata.name,
+                namespace=self.pod.metadata.namespace,
+                attempt=self._attempt.attempt,
+                node_class=self.node_class,
+                lease_seconds=self._attempt.runtime.lease_seconds,
+                startup_timeout=float(self.startup_timeout_seconds),
+                kubernetes_conn_id=self.kubernetes_conn_id,
+                config_dict=self._config_dict,
+                cluster_context=self.cluster_context,
+                in_cluster=self.in_cluster,
+                check_interval=self.lease_check_interval,
+                started_at=self._started.isoformat(),
+            ),
+            method_name="phase_complete",
+        )
+
+    def phase_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        """Where a deferred phase resumes: the attempt ended (or the trigger could not tell)."""
+        attempt, _ = self.attempt_for(context, int(event["attempt"]))
+        started = (
+            dt.datetime.fromisoformat(event["started_at"])
+            if event.get("started_at")
+            else dt.datetime.now(dt.UTC)
+        )
+        name, namespace = str(event["pod"]), str(event["namespace"])
+        if event.get("status") == "ended":
+            result = AttemptResult(
+                Outcome(str(event["outcome"])),
+                event.get("exit_code"),
+                str(event.get("reason") or ""),
+                str(event.get("detail") or ""),
+                name,
+            )
+        else:
+            self.log.warning(
+                "the trigger could not watch pod %s: %s; reading it directly", name, event.get("message")
+            )
+            result = self._read_result(namespace, name) or AttemptResult(
+                Outcome.INFRA_FAILED,
+                None,
+                f"lost track of pod {name}: {event.get('message')}",
+                "watch_error",
+                name,
+            )
+        return self.finish(context, self._conclude(context, attempt, result, namespace, name, started))
+
+    def _read_result(self, namespace: str, name: str) -> AttemptResult | None:
+        try:
+            remote = self.client.read_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return pods.classify_pod(None, node_class=self.node_class)
+        return pods.classify_pod(
+            self.client.api_client.sanitize_for_serialization(remote), node_class=self.node_class
+        )
+
+    def _conclude(
+        self,
+        context: Any,
+        attempt: PhaseAttempt,
+        result: AttemptResult,
+        namespace: str,
+        name: str,
+        started: dt.datetime,
+    ) -> dict[str, Any]:
+        if result.detail != "vanished" and not result.outcome.produced_output:
+            tail = self._log_tail(namespace, name)
+            if tail:
+                self.log.info("last lines of pod %s:\n%s", name, tail)
+                result = AttemptResult(
+                    result.outcome,
+                    result.exit_code,
+                    f"{result.reason} | {tail[-400:]}".strip(" |"),
+                    result.detail,
+                    name,
+                )
+        self._delete(namespace, name, grace=0 if result.detail == "lease_expired" else None)
+        return self.end_attempt(
+            context,
+            attempt,
+            AttemptResult(result.outcome, result.exit_code, result.reason, result.detail, name),
+            started,
+        )
+
+    def _log_tail(self, namespace: str, name: str) -> str:
+        try:
+            text = self.client.read_namespaced_pod_log(
+                name, namespace, container=self.base_container_name, tail_lines=LOG_TAIL_LINES
+            )
+        except ApiException:
+            return ""
+        return str(text or "").strip()
+
+    # -- synchronous path ----------------------------------------------------------------------
+    def cleanup(
+        self, pod: k8s.V1Pod, remote_pod: k8s.V1Pod, xcom_result: Any = None, context: Any = None
+    ) -> None:
+        """The stock operator's last step in sync mode: classify the pod, record the attempt, delete the pod."""
+        if self._killed or self._attempt is None or context is None or pod is None:
+            return
+        namespace, name = pod.metadata.namespace, pod.metadata.name
+        if self._lease_expired.is_set():
+            result: AttemptResult | None = pods.classify_pod(
+                {"metadata": {"name": name}},
+                node_class=self.node_class,
+                lease_expired=True,
+                lease_seconds=self._attempt.runtime.lease_seconds,
+            )
+        else:
+            result = self._read_result(namespace, name)
+        if result is None:  # still running after the stock wait gave up (e.g. startup timeout)
+            result = AttemptResult(
+                Outcome.INFRA_FAILED, None, "the pod did not finish: startup timeout", "startup_timeout", name
+            )
+        assert self._started is not None
+        self._sync_result = self._conclude(context, self._attempt, result, namespace, name, self._started)
+
+    def _start_lease_watchdog(self) -> threading.Event:
+        """Sync mode: a thread that ends the pod when its Lease goes stale (deferrable mode: the trigger)."""
+        stop = threading.Event()
+        attempt = self._attempt
+        if attempt is None or not attempt.runtime.lease_seconds:
+            return stop
+
+        def watch() -> None:
+            while not stop.wait(self.lease_check_interval):
+                if self.pod is None:
+                    continue
+                ns, name = self.pod.metadata.namespace, self.pod.metadata.name
+                try:
+                    remote = self.client.api_client.sanitize_for_serialization(
+                        self.client.read_namespaced_pod(name, ns)
+                    )
+                    lease = self.coordination.read_namespaced_lease(name, ns)
+                except ApiException:
+                    continue
+                if not pods.is_running(remote):
+                    continue
+                renewed = lease.spec.renew_time.timestamp() if lease.spec and lease.spec.renew_time else None
+                started = pods.running_since(remote)
+                since = max(x for x in (renewed, _ts(started), 0.0) if x is not None)
+                if since and time.time() - since > attempt.runtime.lease_seconds:
+                    self.log.error("pod %s stopped renewing its Lease: ending it", name)
+                    self._lease_expired.set()
+                    self._delete(ns, name, grace=0)
+                    return
+
+        threading.Thread(target=watch, name="avsim-lease-watchdog", daemon=True).start()
+        return stop
+
+
+def _ts(value: str | None) -> float | None:
+    if not value:
+        return None
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()

@@ -1,0 +1,213 @@
+"""The trigger a deferred Kubernetes phase waits on: its pod's end, its preemption, its lease's expiry.
+
+:class:`PhasePodTrigger` makes no API request of its own: it subscribes to the triggerer's shared
+watch of the namespace (:class:`avsim.triggers.pod_watch.NamespaceWatch`) and decides from what the
+watch last saw, with the same classifier the operator's synchronous path uses
+(:func:`avsim.kube.pods.classify_pod`). It fires one event:
+
+``{"status": "ended", "outcome": ..., "exit_code": ..., "reason": ..., "detail": ..., ...}``
+    the attempt ended: succeeded, failed (with the exit code and reason), preempted (evicted, node
+    shutdown, vanished), ``lease_expired`` (the phase stopped renewing its heartbeat: the operator
+    deletes the pod and retries it as an infrastructure failure) or a bad build (image pull);
+``{"status": "error", "message": ...}``
+    the trigger could not tell (the API unreachable for a while): the operator reads the pod itself.
+
+Its arguments are JSON-friendly and its classpath comes from ``__module__``/``__qualname__``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from avsim.kube.pods import classify_pod, is_running, running_since
+
+#: How long a pod may be missing from a synced watch before it counts as gone (creation races).
+MISSING_GRACE_SECONDS = 30.0
+
+
+def _parse_time(value: Any) -> float | None:
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class PhasePodTrigger(BaseTrigger):
+    """Waits for one phase pod (one attempt) through the namespace's shared watch.
+
+    :param pod_name: the attempt's pod (and Lease) name.
+    :param namespace: its namespace.
+    :param attempt: the attempt number (returned in the event).
+    :param node_class: ``gpu-spot``, ``gpu-on-demand`` or ``cpu`` (a vanished spot pod was preempted).
+    :param lease_seconds: end the attempt when its Lease was not renewed for this long (0: no lease).
+    :param startup_timeout: end it when the pod stays Pending this long (unschedulable, stuck).
+    :param kubernetes_conn_id, config_dict, cluster_context, in_cluster: how to reach the cluster
+        (as ``AsyncKubernetesHook`` takes them).
+    :param check_interval: how often to re-check lease ages and timeouts without a watch event.
+    :param started_at: ISO time the attempt began (returned in the event).
+    """
+
+    def __init__(
+        self,
+        *,
+        pod_name: str,
+        namespace: str,
+        attempt: int,
+        node_class: str,
+        lease_seconds: float = 0.0,
+        startup_timeout: float = 3600.0,
+        kubernetes_conn_id: str | None = None,
+        config_dict: dict[str, Any] | None = None,
+        cluster_context: str | None = None,
+        in_cluster: bool | None = None,
+        check_interval: float = 5.0,
+        started_at: str = "",
+    ) -> None:
+        super().__init__()
+        self.pod_name = pod_name
+        self.namespace = namespace
+        self.attempt = attempt
+        self.node_class = node_class
+        self.lease_seconds = float(lease_seconds)
+        self.startup_timeout = float(startup_timeout)
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.config_dict = config_dict
+        self.cluster_context = cluster_context
+        self.in_cluster = in_cluster
+        self.check_interval = float(check_interval)
+        self.started_at = started_at
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "pod_name": self.pod_name,
+                "namespace": self.namespace,
+                "attempt": self.attempt,
+                "node_class": self.node_class,
+                "lease_seconds": self.lease_seconds,
+                "startup_timeout": self.startup_timeout,
+                "kubernetes_conn_id": self.kubernetes_conn_id,
+                "config_dict": self.config_dict,
+                "cluster_context": self.cluster_context,
+                "in_cluster": self.in_cluster,
+                "check_interval": self.check_interval,
+                "started_at": self.started_at,
+            },
+        )
+
+    # -- the shared watch ---------------------------------------------------------------------
+    def cluster_key(self) -> str:
+        """Triggers reaching the same cluster the same way share one watch per namespace."""
+        doc = json.dumps(
+            [self.kubernetes_conn_id, self.config_dict, self.cluster_context, self.in_cluster],
+            sort_keys=True,
+            default=str,
+        )
+        return hashlib.sha256(doc.encode()).hexdigest()[:16]
+
+    def _client_factory(self) -> Any:
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+
+        hook = AsyncKubernetesHook(
+            conn_id=self.kubernetes_conn_id,
+            config_dict=self.config_dict,
+            cluster_context=self.cluster_context,
+            in_cluster=self.in_cluster,
+        )
+        return hook.get_conn()
+
+    def watch(self) -> Any:
+        from avsim.triggers.pod_watch import NamespaceWatch
+
+        return NamespaceWatch.shared(self.cluster_key(), self.namespace, self._client_factory)
+
+    # -- run ----------------------------------------------------------------------------------
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            event = await self._wait()
+        except Exception as exc:  # an event, never an exception: the operator decides what it means
+            event = self._event("error", message=f"{type(exc).__name__}: {exc}")
+        yield TriggerEvent(event)
+
+    async def _wait(self) -> dict[str, Any]:
+        watch = self.watch()
+        began = time.monotonic()
+        seen = False
+        missing_since: float | None = None
+        pending_since = time.time()
+        async with watch.subscribe(self.pod_name, self.pod_name) as sub:
+            while True:
+                await sub.wait(self.check_interval)
+                if watch.failing:
+                    if time.monotonic() - began > 10 * self.check_interval:
+                        return self._event(
+                            "error", message=f"the watch of {self.namespace} keeps failing: {watch.failing}"
+                        )
+                    continue
+                if not watch.synced:
+                    continue
+                pod = watch.pods.items.get(self.pod_name)
+                if pod is None:
+                    gone = seen or self.pod_name in watch.pods.deleted
+                    missing_since = missing_since or time.monotonic()
+                    if gone or time.monotonic() - missing_since > MISSING_GRACE_SECONDS:
+                        return self._ended(classify_pod(None, node_class=self.node_class))
+                    continue
+                seen, missing_since = True, None
+                result = classify_pod(pod, node_class=self.node_class)
+                if result is not None:
+                    return self._ended(result)
+                now = time.time()
+                if is_running(pod):
+                    if self.lease_seconds and self._lease_age(watch, pod, now) > self.lease_seconds:
+                        return self._ended(
+                            classify_pod(
+                                pod,
+                                node_class=self.node_class,
+                                lease_expired=True,
+                                lease_seconds=self.lease_seconds,
+                            )
+                        )
+                elif now - pending_since > self.startup_timeout:
+                    return self._event(
+                        "ended",
+                        outcome="infra_failed",
+                        detail="startup_timeout",
+                        reason=f"the pod stayed Pending for more than {self.startup_timeout:g}s (unschedulable or stuck)",
+                    )
+
+    def _lease_age(self, watch: Any, pod: dict[str, Any], now: float) -> float:
+        lease = watch.leases.items.get(self.pod_name) or {}
+        renewed = _parse_time((lease.get("spec") or {}).get("renewTime"))
+        started = _parse_time(running_since(pod))
+        last = max(t for t in (renewed, started, 0.0) if t is not None)
+        return now - last if last else 0.0
+
+    def _ended(self, result: Any) -> dict[str, Any]:
+        return self._event(
+            "ended",
+            outcome=result.outcome.value,
+            exit_code=result.exit_code,
+            reason=result.reason,
+            detail=result.detail,
+        )
+
+    def _event(self, status: str, **fields: Any) -> dict[str, Any]:
+        return {
+            "status": status,
+            "pod": self.pod_name,
+            "namespace": self.namespace,
+            "attempt": self.attempt,
+            "started_at": self.started_at,
+            **fields,
+        }
