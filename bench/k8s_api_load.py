@@ -196,7 +196,6 @@ def main() -> None:
     args = ap.parse_args()
 
     from kubernetes import config
-
     from tests.support.kube_api import FakeKubeAPI
 
     env = dict(os.environ)
