@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -179,6 +180,23 @@ def demo(
     raise typer.Exit(code=code)
 
 
+def _run_layout(run: str, artifact_root: str | None, dag_id: str) -> Any:
+    """The artifact layout of a run named by its run key or its (parent) run id."""
+    from avsim.artifacts import RunLayout
+    from avsim.dagbuild.tasks import run_key_for
+    from avsim.settings import load_settings
+    from avsim.storage import exists
+
+    root = artifact_root or load_settings().resolved_artifact_root
+    for key in (run, run_key_for(dag_id, run)):
+        layout = RunLayout(root, key)
+        if exists(layout.head_uri):
+            return layout
+    _fail(
+        ManifestError([], source=f"no run {run!r} under {root} (looked for {RunLayout(root, run).head_uri})")
+    )
+
+
 @app.command("report")
 def report(
     run: str = typer.Argument(
@@ -188,22 +206,14 @@ def report(
     dag_id: str = typer.Option("avsim_weekly", help="The weekly DAG, to turn a run id into its run key."),
 ) -> None:
     """Regenerate a run's weekly report from its ledger."""
-    from avsim.artifacts import RunLayout
-    from avsim.dagbuild.tasks import run_key_for, write_week_report
-    from avsim.settings import load_settings
+    from avsim.dagbuild.tasks import write_week_report
     from avsim.storage import exists, path, read_json
 
-    root = artifact_root or load_settings().resolved_artifact_root
-    key = run
-    if not exists(RunLayout(root, key).head_uri):
-        key = run_key_for(dag_id, run)
-    layout = RunLayout(root, key)
-    if not exists(layout.head_uri):
-        _fail(ManifestError([], source=f"no run {run!r} under {root} (looked for {layout.head_uri})"))
+    layout = _run_layout(run, artifact_root, dag_id)
     head = read_json(layout.head_uri)
     descriptor = {
-        "run_key": key,
-        "artifact_root": root,
+        "run_key": layout.run_key,
+        "artifact_root": layout.root,
         "run_id": run,
         "manifest_sha256": path(layout.digest_uri).read_text().strip() if exists(layout.digest_uri) else None,
     }
@@ -297,6 +307,78 @@ def pools_sync(
         return
     for change in changes:
         typer.echo(("(dry run) " if dry_run else "") + str(change))
+
+
+@app.command("rerun-failed")
+def rerun_failed(
+    run: str = typer.Argument(..., help="The run key or parent run id whose failed cases to rerun."),
+    build: str = typer.Option(
+        None,
+        "--build",
+        help="A new build's image, pinned by digest (repo@sha256:...). Default: the run's own.",
+    ),
+    build_id: str = typer.Option(None, help="The new build's id (with --build)."),
+    artifact_root: str = typer.Option(None, help="Artifact root URI (default: [avsim] artifact_root)."),
+    dag_id: str = typer.Option("avsim_weekly", help="The weekly DAG: the run's and the rerun's."),
+    dry_run: bool = typer.Option(False, help="Print what would rerun; trigger nothing."),
+) -> None:
+    """Start a run over only the failed cases: same pins unless --build names a new build; committed
+    results are reused, not recomputed."""
+    from avsim.rerun import plan_rerun, start_rerun
+
+    layout = _run_layout(run, artifact_root, dag_id)
+    try:
+        plan, doc = plan_rerun(layout, image=build, build_id=build_id)
+        pins = (
+            f"new build {plan.build_id} ({plan.image})"
+            if plan.new_build
+            else f"same pins (build {plan.build_id})"
+        )
+        typer.echo(
+            f"{len(plan.cases)} failed cases of {layout.run_key}: {', '.join(plan.cases[:20])}"
+            + (" ..." if len(plan.cases) > 20 else "")
+        )
+        typer.echo(f"rerun {plan.run_id} of {dag_id} with {pins}; manifest {plan.manifest_uri}")
+        if not dry_run:
+            start_rerun(plan, doc, dag_id)
+            typer.echo("triggered")
+    except AvsimError as exc:
+        _fail(exc)
+
+
+breaker_app = typer.Typer(help="The circuit breaker of a simulator build.", no_args_is_help=True)
+app.add_typer(breaker_app, name="breaker")
+
+
+def _breaker(digest: str, artifact_root: str | None) -> Any:
+    from avsim.ledger.breaker import Breaker
+    from avsim.settings import load_settings
+
+    return Breaker(artifact_root or load_settings().resolved_artifact_root, digest.rsplit("@", 1)[-1])
+
+
+@breaker_app.command("show")
+def breaker_show(
+    digest: str = typer.Argument(..., help="The build's image digest (sha256:...) or image reference."),
+    artifact_root: str = typer.Option(None, help="Artifact root URI (default: [avsim] artifact_root)."),
+) -> None:
+    """Print a build's breaker: state, failures in the window, why it opened."""
+    doc = _breaker(digest, artifact_root).document()
+    typer.echo(
+        json.dumps(doc or {"state": "closed", "note": "no finished phase of this build yet"}, indent=2)
+    )
+
+
+@breaker_app.command("reset")
+def breaker_reset(
+    digest: str = typer.Argument(..., help="The build's image digest (sha256:...) or image reference."),
+    artifact_root: str = typer.Option(None, help="Artifact root URI (default: [avsim] artifact_root)."),
+) -> None:
+    """Close a build's breaker (after fixing what failed); clear the failed tasks to run them again."""
+    import getpass
+
+    doc = _breaker(digest, artifact_root).reset(by=getpass.getuser())
+    typer.echo(f"breaker of {digest} closed (it was {doc['resets'][-1]['was']})")
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from avsim.errors import AvsimError
+from avsim.plan.model import ON_DEMAND_SUFFIX
 from avsim.stack import LocalStack
 
 PARENT_DAG = "avsim_weekly"
@@ -73,15 +74,24 @@ class RunWatcher:
                     "SELECT task_id, state, count(*) FROM task_instance WHERE dag_id = :d AND run_id LIKE :p "
                     "AND map_index >= 0 GROUP BY task_id, state"
                 ),
-                {"d": SHARD_DAG, "p": f"{self.run_id}__shard_%"},
+                {"d": SHARD_DAG, "p": f"{self.run_id}__%"},
             ).all()
             shards = c.execute(
                 text(
                     "SELECT state, count(*) FROM dag_run WHERE dag_id = :d AND run_id LIKE :p GROUP BY state"
                 ),
-                {"d": SHARD_DAG, "p": f"{self.run_id}__shard_%"},
+                {"d": SHARD_DAG, "p": f"{self.run_id}__%"},
             ).all()
-        phases_done = sum(n for _, state, n in rows if state in FINISHED)
+        # A GPU phase that moved to on-demand nodes ends skipped on its spot task and done on its twin.
+        phases_done = sum(
+            n
+            for task, state, n in rows
+            if (
+                state in ("success", "failed")
+                if task.endswith(ON_DEMAND_SUFFIX)
+                else state in FINISHED and state != "skipped"
+            )
+        )
         failed = sum(n for _, state, n in rows if state == "failed")
         last = set(self.last_phases.values())
         cases_done = sum(n for task, state, n in rows if task in last and state in FINISHED)

@@ -11,14 +11,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import yaml
 from tests.support.airflow_run import api, query, trigger, wait_for_run
-from tests.support.postgres import postgres_cluster
+from tests.support.stacks import weekly_stack
 
 from avsim.artifacts import RunLayout
 from avsim.dagbuild.factory import load_plan
 from avsim.dagbuild.tasks import run_key_for
-from avsim.demo import demo_pools, wait_for_dag
 from avsim.manifest.sample import sample_manifest
 from avsim.settings import AvsimSettings
 from avsim.stack import LocalStack
@@ -32,35 +30,8 @@ SHARD_SIZE = 10
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory):
-    base = tmp_path_factory.mktemp("weekly")
-    # The deployed catalog with 1-second retry delays (same shapes, so the sample still matches).
-    catalog = yaml.safe_load((ROOT / "dags" / "avsim_graphs.yaml").read_text())
-    for graph in catalog["graphs"].values():
-        for phase in graph["phases"].values():
-            phase.setdefault("retry", {}).update(delay_seconds=1, backoff=1.0)
-    (base / "graphs.yaml").write_text(yaml.safe_dump(catalog))
-    with postgres_cluster() as url:
-        s = LocalStack(
-            home=base / "airflow",
-            dags_folder=ROOT / "dags",
-            plugins_folder=ROOT / "plugins",
-            sql_alchemy_conn=url,
-            extra_env={
-                "AIRFLOW__AVSIM__SHARD_SIZE": str(SHARD_SIZE),
-                "AIRFLOW__AVSIM__MAX_ACTIVE_SHARDS": "2",
-                "AIRFLOW__AVSIM__SHARD_POLL_SECONDS": "1",
-                "AIRFLOW__AVSIM__GRAPH_CATALOG": str(base / "graphs.yaml"),
-            },
-        )
-        s.migrate()
-        s.set_pools(demo_pools(gpus=4, cpus=8))
-        s.start()
-        try:
-            wait_for_dag(s, "avsim_weekly")
-            wait_for_dag(s, "avsim_weekly_shard")
-            yield s
-        finally:
-            s.stop()
+    with weekly_stack(tmp_path_factory.mktemp("weekly"), shard_size=SHARD_SIZE, max_active_shards=2) as s:
+        yield s
 
 
 def _read(uri: str):
@@ -68,7 +39,13 @@ def _read(uri: str):
 
 
 def test_weekly_run_runs_every_phase_once_in_order(stack: LocalStack) -> None:
-    doc = sample_manifest(CASES, time_scale=0.00002, scenario_fail_rate=0.2, crash_rate=0.0)
+    doc = sample_manifest(
+        CASES,
+        time_scale=0.00002,
+        scenario_fail_rate=0.2,
+        crash_rate=0.0,
+        canary={"share": 0.2, "min_cases": 4},
+    )
     manifest = stack.home / "week.json"
     manifest.write_text(json.dumps(doc))
     run_id = "it__weekly"
@@ -79,16 +56,25 @@ def test_weekly_run_runs_every_phase_once_in_order(stack: LocalStack) -> None:
     shard_runs = query(
         stack,
         "SELECT run_id, state FROM dag_run WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p",
-        p=f"{run_id}__shard_%",
+        p=f"{run_id}__%",
     )
-    assert sorted(shard_runs) == [(f"{run_id}__shard_{k:04d}", "success") for k in range(3)]
+    # The canary (5 cases: 20 % of 24) first, then the other 19 cases in shards of 10.
+    assert sorted(shard_runs) == [(f"{run_id}__canary", "success")] + [
+        (f"{run_id}__shard_{k:04d}", "success") for k in (1, 2)
+    ]
+    gate = query(
+        stack,
+        "SELECT state FROM task_instance WHERE dag_id = 'avsim_weekly' AND run_id = :r AND task_id = 'canary_gate'",
+        r=run_id,
+    )
+    assert gate == [("success",)]
 
     # Every phase of every case: one task instance, one try, success.
     tis = query(
         stack,
         "SELECT task_id, map_index, rendered_map_index, state, try_number FROM task_instance "
         "WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p AND map_index >= 0",
-        p=f"{run_id}__shard_%",
+        p=f"{run_id}__%",
     )
     expected = {
         (f"{c['graph']}.{ph}", c["id"]) for c in doc["cases"] for ph in plan.family(c["graph"]).phase_names
@@ -242,7 +228,7 @@ def test_clearing_a_failed_phase_in_a_shard_run_reruns_it(stack: LocalStack) -> 
     assert report["totals"]["infra_failed"] == 1
     assert [(f["case_id"], f["phase"]) for f in report["failed_cases"]] == [(case["id"], "evaluate")]
 
-    shard_run = f"{run_id}__shard_0000"
+    shard_run = f"{run_id}__shard_0001"
     [(map_index, state, tries)] = query(
         stack,
         "SELECT map_index, state, try_number FROM task_instance WHERE dag_id = 'avsim_weekly_shard' "
@@ -251,33 +237,22 @@ def test_clearing_a_failed_phase_in_a_shard_run_reruns_it(stack: LocalStack) -> 
         c=case["id"],
     )
     assert (state, tries) == ("failed", 3)
+    # The engineer's "Clear" with "Only failed" and "Downstream" on the shard run, through the REST API.
     cleared = api(
         stack,
         "POST",
         "/api/v2/dags/avsim_weekly_shard/clearTaskInstances",
-        {
-            "dag_run_id": shard_run,
-            "task_ids": [["standard.evaluate", map_index]],
-            "include_downstream": True,
-            "only_failed": False,
-            "dry_run": False,
-        },
+        {"dag_run_id": shard_run, "only_failed": True, "include_downstream": True, "dry_run": False},
     )
     cleared_ids = {(t["task_id"], t["map_index"]) for t in cleared["task_instances"]}
-    # Only this case's phases (per map index) and the shard summary: nothing another case did reruns.
+    # Only this case's failed phase and its downstream (per map index) and the shard summary.
     assert cleared_ids == {
         ("standard.evaluate", map_index),
         ("standard.report", map_index),
         ("summarize", -1),
     }
     assert wait_for_run(stack, "avsim_weekly_shard", shard_run, timeout=300) == "success"
-    api(
-        stack,
-        "POST",
-        "/api/v2/dags/avsim_weekly/clearTaskInstances",
-        {"dag_run_id": run_id, "task_ids": ["report"], "only_failed": False, "dry_run": False},
-    )
-    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=300) == "success"
+    # summarize found the week's report and refreshed it: nothing else to clear.
     rerun = _read(f"{layout.report_dir}/report.json")
     assert rerun["totals"]["infra_failed"] == 0 and rerun["totals"]["cases"] == 6
     assert rerun["failed_cases"] == []

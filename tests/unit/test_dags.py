@@ -19,7 +19,7 @@ def dagbag():
 
 def test_no_import_errors(dagbag) -> None:
     assert dagbag.import_errors == {}
-    assert {"avsim_weekly", "avsim_weekly_shard"} <= set(dagbag.dag_ids)
+    assert {"avsim_weekly", "avsim_weekly_shard", "avsim_adhoc", "avsim_adhoc_shard"} <= set(dagbag.dag_ids)
 
 
 def test_parent_shape(dagbag) -> None:
@@ -38,6 +38,25 @@ def test_parent_shape(dagbag) -> None:
     summary = [t for t in ids if t.startswith("run_phases.")]
     assert summary, "the run-level phases follow every shard"
     assert dag.task_dict[summary[0]].trigger_rule == "all_done_min_one_success"
+    # The canary runs first; the gate stands between it and the rest of the week.
+    assert {"canary", "canary_gate"} <= ids
+    assert "canary_gate" in shards.upstream_task_ids
+    assert {"canary", "shards"} <= dag.task_dict["report"].upstream_task_ids
+
+
+def test_adhoc_dags_share_the_pools_below_the_weekly_run(dagbag) -> None:
+    from avsim.priority import ADHOC_BASE, WEEKLY_BASE
+
+    weekly, adhoc = dagbag.dags["avsim_weekly_shard"], dagbag.dags["avsim_adhoc_shard"]
+    assert type(dagbag.dags["avsim_adhoc"].timetable).__name__ == "NullTimetable"  # triggered only
+    for task_id, task in weekly.task_dict.items():
+        if "." not in task_id:
+            continue
+        other = adhoc.task_dict[task_id]
+        assert (other.pool, other.pool_slots) == (task.pool, task.pool_slots)
+        assert type(other.weight_rule).__name__ == "AdhocCriticalPathPriority"
+        assert type(task.weight_rule).__name__ == "WeeklyCriticalPathPriority"
+    assert ADHOC_BASE + 5_000 < WEEKLY_BASE
 
 
 def test_shard_dag_has_one_mapped_group_per_family(dagbag) -> None:

@@ -19,12 +19,16 @@ def max_map_length() -> int:
     return conf.getint("core", "max_map_length", fallback=1024)
 
 
-def load_plan(catalog: str | Path | None = None, settings: AvsimSettings | None = None) -> WeeklyPlan:
+def load_plan(
+    catalog: str | Path | None = None,
+    settings: AvsimSettings | None = None,
+    run_class: RunClass = RunClass.WEEKLY,
+) -> WeeklyPlan:
     """The plan of the catalog ``[avsim] graph_catalog`` names, else of ``catalog`` (the one shipped
     next to the DAG file), else of ``avsim_graphs.yaml`` in the DAGs folder."""
     settings = settings or load_settings()
     path = settings.graph_catalog or catalog or settings.resolved_graph_catalog()
-    plan = build_plan(load_catalog(path), settings, RunClass.WEEKLY)
+    plan = build_plan(load_catalog(path), settings, run_class)
     limit = max_map_length()
     if plan.shard_size > limit:
         raise ConfigError(
@@ -39,12 +43,17 @@ def load_weekly_dags(
     dag_id: str = "avsim_weekly",
     settings: AvsimSettings | None = None,
     part: str = "both",
+    run_class: str = "weekly",
 ) -> dict[str, Any]:
-    """DAGs keyed by dag_id, for a DAG file's globals(): the parent weekly DAG (``part="parent"``),
-    its shard DAG ``<dag_id>_shard`` (``part="shard"``), or both. The two ship as two DAG files
-    so a phase task parses only the shard DAG's file."""
+    """DAGs keyed by dag_id, for a DAG file's globals(): the parent DAG (``part="parent"``), its
+    shard DAG ``<dag_id>_shard`` (``part="shard"``), or both. The two ship as two DAG files so a
+    phase task parses only the shard DAG's file.
+
+    ``run_class="adhoc"`` builds the same DAGs for ad-hoc simulations: triggered only, sharing the
+    weekly run's pools with lower priority weights (every weekly phase outranks every ad-hoc phase).
+    """
     settings = settings or load_settings()
-    plan = load_plan(catalog, settings)
+    plan = load_plan(catalog, settings, RunClass(run_class))
     shard_dag_id = f"{dag_id}_shard"
     dags: dict[str, Any] = {}
     if part in ("both", "parent"):

@@ -105,14 +105,15 @@ def prepare_week(
         "manifest_sha256": snapshot.sha256,
         "build_id": manifest.run.build.build_id,
         "image": manifest.run.build.image,
-        "run_class": manifest.run.run_class.value,
+        # The DAG's class decides priority and PriorityClass: an ad-hoc run of a weekly manifest is ad-hoc.
+        "run_class": plan.run_class,
         "iso_week": manifest.run.iso_week,
         "case_count": len(manifest.cases),
         "shard_count": len(shards),
         "canary_count": len(canary_ix),
         "rerun_of": manifest.run.rerun_of,
     }
-    if manifest.run.run_class.value == "weekly":
+    if plan.run_class == "weekly" and manifest.run.run_class.value == "weekly" and not manifest.run.rerun_of:
         write_json(
             week_index_uri(layout.root, manifest.run.iso_week),
             {
@@ -221,6 +222,12 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
     summary["counts"] = {"cases": len(summary["cases"]), **counts}
     ledger.write_shard_summary(shard.index, summary)
     log.info("shard %d: %s", shard.index, summary["counts"])
+    if exists(f"{layout.report_dir}/report.json"):
+        # The week already has its report, so this is a rerun (an engineer cleared failed phases of
+        # this shard): bring the weekly report up to date with it.
+        log.info("the week's report exists: refreshing it with shard %d's rerun", shard.index)
+        head = read_json(layout.head_uri)
+        write_week_report(run, list(head.get("run_phases", {})))
     return dict(summary["counts"])
 
 

@@ -19,6 +19,8 @@ from airflow.sdk import DAG, Param, TaskGroup, XComArg, get_current_context, tas
 from avsim.artifacts import RUN_LEVEL_CASE
 from avsim.dagbuild import tasks
 from avsim.dagbuild.shard_dag import START_DATE, phase_operator_class, retry_kwargs
+from avsim.deadline.alert import deadline_alert
+from avsim.deadline.sensor import deadline_tracker
 from avsim.errors import ManifestError
 from avsim.operators.phase import AvsimPhaseOperator
 from avsim.operators.retry import PhaseRetryPolicy
@@ -43,16 +45,30 @@ weekly report.
 """
 
 
+ADHOC_DOC = """
+### avsim ad-hoc simulation run
+
+Trigger with **manifest** set to a manifest (YAML or JSON). Ad-hoc runs share the weekly run's
+pools (GPU spot, GPU on-demand, CPU) with lower priority weights: every phase of the weekly run
+outranks every ad-hoc phase in the scheduler's queue, and on Kubernetes their pods get the ad-hoc
+PriorityClass. Everything else (canary, breaker, retries, report) works as in the weekly run.
+"""
+
+
 def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, shard_dag_id: str) -> DAG:
     operator = phase_operator_class(settings)
+    weekly = plan.run_class == "weekly"
     with DAG(
         dag_id=dag_id,
-        schedule=WEEKLY_SCHEDULE,
+        # The weekly run is scheduled; ad-hoc runs are triggered by hand and never queue behind it.
+        schedule=WEEKLY_SCHEDULE if weekly else None,
         start_date=START_DATE,
         catchup=False,
-        max_active_runs=1,
-        tags=["avsim", "avsim-weekly"],
-        doc_md=PARENT_DOC,
+        max_active_runs=1 if weekly else 4,
+        tags=["avsim", "avsim-weekly" if weekly else "avsim-adhoc"],
+        doc_md=PARENT_DOC if weekly else ADHOC_DOC,
+        # An Airflow Deadline Alert on the manifest's deadline (read from the run when it is prepared).
+        deadline=deadline_alert(settings),
         params={
             "manifest": Param(
                 settings.default_manifest,
@@ -112,6 +128,9 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             retries=2,
         )
         shard_specs >> [canary, gate]
+        # Beside the shards: re-estimates the finish, records it, and adds capacity where configured.
+        tracker = deadline_tracker(plan, settings, run=run_xcom, shard_dag_id=shard_dag_id)
+        shard_specs >> tracker
 
         shard_runs = ShardRunOperator.partial(
             task_id="shards",
@@ -162,7 +181,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             return tasks.write_week_report(run, [rp.name for rp in plan.run_phases])
 
         report_task = report(run_xcom)
-        [shard_runs, canary] >> report_task
+        [shard_runs, canary, tracker] >> report_task
         for op in created.values():
             op >> report_task
     return dag

@@ -152,6 +152,7 @@ class LocalPhaseOperator(AvsimPhaseOperator):
                 stderr=subprocess.STDOUT,
                 text=True,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             return AttemptResult(
@@ -221,6 +222,20 @@ class LocalPhaseOperator(AvsimPhaseOperator):
     def on_kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._kill(self._proc)
+
+
+def _die_with_parent() -> None:
+    """In the phase process, before exec: be killed when the worker process that started it dies.
+
+    The phase runs in its own session (so a timeout or lease expiry can kill its whole group), which
+    also cuts it off from the worker's signals; without this a worker killed with -9 would leave its
+    phase running, an attempt nobody watches, burning the GPU that the retry needs (Linux only).
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _heartbeat_age(path: Path, started: float) -> float:

@@ -14,8 +14,8 @@ attempt can pass. ``PARAMETERS`` may force an outcome per phase name, for tests 
 where FAULT is ``crash`` (exit 1: an infrastructure failure), ``preempt`` (the process is ended by
 SIGTERM, as a spot reclaim ends it on the local backend) or ``hang`` (the process stops working and
 stops its heartbeat, and waits to be killed). ``FAULT_once`` hits attempt 1 only; ``FAULT_before:N``
-hits every attempt below N, like a node pool that stays broken until someone fixes it and reruns
-the phase. Several may be combined with ``+`` (``preempt_before:3+crash_once``).
+hits every attempt below N; ``FAULT_until:URI`` hits every attempt while URI does not exist, like a
+node pool that stays broken until someone fixes it (and creates the marker) and reruns the phase. Several may be combined with ``+`` (``preempt_before:3+crash_once``).
 
 The phase renews its heartbeat (:mod:`avsim.phases.heartbeat`) from its work loop.
 """
@@ -147,6 +147,9 @@ class PhaseEnv:
             prefix = f"{fault}_before:"
             if part.startswith(prefix) and part[len(prefix) :].isdigit():
                 return self.attempt < int(part[len(prefix) :])
+            prefix = f"{fault}_until:"
+            if part.startswith(prefix):
+                return not _exists(part[len(prefix) :])
         return False
 
 
@@ -161,6 +164,11 @@ def _fs(uri: str) -> tuple[Any, str]:
     from fsspec.core import url_to_fs
 
     return url_to_fs(fs_uri(uri))
+
+
+def _exists(uri: str) -> bool:
+    fs, path = _fs(uri)
+    return bool(fs.exists(path))
 
 
 def read_json(uri: str) -> Any:
@@ -309,6 +317,7 @@ def run(kind: str, args: argparse.Namespace, env: PhaseEnv) -> int:
         },
         "artifacts": [artifact],
         "work_seconds": round(total * (1.0 - resumed), 3),
+        "total_work_seconds": round(total, 3),
         "resumed_from": round(resumed, 4),
         "build_id": env.build_id,
         "image": env.image,

@@ -1,0 +1,125 @@
+"""A weekly run on the Kubernetes backend: the real scheduler, triggerer and PostgreSQL, the real
+``KubernetesPodOperator`` subclass and ``kubernetes``/``kubernetes_asyncio`` clients, against the
+loopback Kubernetes API of tests/support/kube_api (its pods are processes on this machine: the honest
+boundary, since no cluster can run here). One fault of each kind is scripted; every case must end
+in its class, and the triggerer must have waited through one shared watch, not per-pod polling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.airflow_run import trigger, wait_for_run
+from tests.support.kube_api import FakeKubeAPI
+from tests.support.stacks import read_json, weekly_stack
+
+from avsim.artifacts import RunLayout
+from avsim.dagbuild.tasks import run_key_for
+from avsim.ledger.store import Ledger
+from avsim.manifest.sample import sample_manifest
+from avsim.stack import LocalStack
+
+pytestmark = pytest.mark.integration
+
+NS = "avsim"
+# case index (among standard cases) -> (fault kind, phase it hits on attempt 1, params, expected case class)
+FAULTS: dict[int, tuple[str, str, dict[str, Any], str]] = {
+    0: ("evict", "simulate", {}, "passed"),
+    1: ("node_loss", "simulate", {}, "passed"),
+    2: ("oom", "evaluate", {}, "passed"),
+    3: ("image_pull_error", "simulate", {}, "bad_build"),
+    4: ("hang", "simulate", {}, "passed"),
+    5: ("slow_start", "prepare", {}, "passed"),
+    6: ("preempt", "simulate", {"grace_seconds": 0.5}, "passed"),
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeKubeAPI, LocalStack]]:
+    base = tmp_path_factory.mktemp("k8s")
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # the pods find avsim-fakesim
+    with FakeKubeAPI(workdir=base / "pods", env=env) as kube:
+        kubeconfig = kube.write_kubeconfig(base / "kubeconfig", namespace=NS)
+        extra = {
+            **kube.airflow_conn_env("kubernetes_default", kubeconfig, namespace=NS),
+            "AIRFLOW__AVSIM__BACKEND": "kubernetes",
+            "AIRFLOW__AVSIM__KUBERNETES_NAMESPACE": NS,
+        }
+        with weekly_stack(base, shard_size=12, max_active_shards=1, gpus=6, cpus=8, extra_env=extra) as stack:
+            yield kube, stack
+
+
+def test_a_week_on_kubernetes_ends_every_case_in_its_class(cluster: tuple[FakeKubeAPI, LocalStack]) -> None:
+    kube, stack = cluster
+    doc = sample_manifest(10, time_scale=0.002, scenario_fail_rate=0.0, canary={"enabled": False})
+    for graph in doc["graphs"].values():
+        for phase in graph["phases"].values():
+            phase.update(heartbeat_seconds=0.5, lease_seconds=5)
+    standard = [c for c in doc["cases"] if c["graph"] == "standard"]
+    assert len(standard) >= len(FAULTS)
+    for i, (kind, phase, params, _) in FAULTS.items():
+        after = 0.5 if kind not in ("slow_start",) else 3.0
+        kube.add_fault(
+            kind,
+            match={"env": {"CASE_ID": standard[i]["id"], "PHASE": phase, "ATTEMPT": "1"}},
+            after_seconds=after,
+            **params,
+        )
+    other = next(c for c in doc["cases"] if c["id"] not in {standard[i]["id"] for i in FAULTS})
+    other["parameters"]["fakesim"] = (
+        {"simulate": "scenario_failed"} if other["graph"] != "perception" else {"perceive": "scenario_failed"}
+    )
+    path = stack.home / "k8s-week.json"
+    path.write_text(json.dumps(doc))
+    run_id = "it__k8s"
+    kube.reset_calls()
+    trigger(stack, "avsim_weekly", run_id, {"manifest": str(path)})
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=1200) == "success"
+
+    layout = RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for("avsim_weekly", run_id))
+    ledger = Ledger(layout)
+    summaries = ledger.shard_summaries()
+    by_case = {c["case_id"]: c for s in summaries for c in s["cases"]}
+    assert len(by_case) == 10
+    for i, (kind, phase, _, expected) in FAULTS.items():
+        case = standard[i]
+        assert by_case[case["id"]]["outcome"] == expected, (kind, by_case[case["id"]])
+        first = ledger.attempts(case["id"], phase)[0]
+        assert first.runner.startswith("avsim-"), "the attempt names its pod"
+    details = {
+        kind: ledger.attempts(standard[i]["id"], phase)[0].detail for i, (kind, phase, _, _) in FAULTS.items()
+    }
+    assert details == {
+        "evict": "evicted",
+        "node_loss": "vanished",
+        "oom": "oom",
+        "image_pull_error": "image_pull",
+        "hang": "lease_expired",
+        "slow_start": "",
+        "preempt": "node_shutdown",
+    }
+    assert by_case[other["id"]]["outcome"] == "scenario_failed"
+    # Every other case passed, and every pod and Lease is gone.
+    for case in doc["cases"]:
+        if case["id"] not in {standard[i]["id"] for i in FAULTS} | {other["id"]}:
+            assert by_case[case["id"]]["outcome"] == "passed"
+    assert kube.pods(NS) == [] and kube.leases(NS) == []
+    # Phases waited deferred in the triggerer, through the shared watch: no per-pod polling.
+    triggerer_log = (stack.home / "logs" / "triggerer.log").read_text()
+    assert triggerer_log.count("PhasePodTrigger") >= 40, "every pod attempt waited in the triggerer"
+    calls = kube.calls()
+    reads = sum(n for c, n in calls.items() if c.verb == "get" and c.resource == "pods" and not c.subresource)
+    pods_created = sum(n for c, n in calls.items() if c.verb == "create" and c.resource == "pods")
+    watches = sum(n for c, n in calls.items() if c.watch)
+    assert pods_created >= 40
+    assert reads <= pods_created // 4, calls  # the stock trigger reads each pod every 2 seconds
+    assert watches <= 20, calls
+    report = read_json(f"{layout.report_dir}/report.json")
+    assert report["totals"]["cases"] == 10 and report["totals"].get("bad_build", 0) == 1

@@ -1,0 +1,68 @@
+"""A real Airflow deployment for integration tests: PostgreSQL, the four components, the repo's DAGs and plugin."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tests.support.postgres import postgres_cluster
+
+from avsim.demo import demo_pools, wait_for_dag
+from avsim.stack import LocalStack
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fast_retry_catalog(target: Path) -> Path:
+    """The deployed catalog with 1-second retry delays (same shapes, so manifests still match)."""
+    catalog = yaml.safe_load((ROOT / "dags" / "avsim_graphs.yaml").read_text())
+    for graph in catalog["graphs"].values():
+        for phase in graph["phases"].values():
+            phase.setdefault("retry", {}).update(delay_seconds=1, backoff=1.0, preemption_delay_seconds=1)
+    target.write_text(yaml.safe_dump(catalog))
+    return target
+
+
+@contextlib.contextmanager
+def weekly_stack(
+    base: Path,
+    *,
+    shard_size: int = 10,
+    max_active_shards: int = 2,
+    gpus: int = 4,
+    cpus: int = 8,
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[LocalStack]:
+    """Start the stack with the weekly DAGs loaded; stop everything after."""
+    catalog = fast_retry_catalog(base / "graphs.yaml")
+    with postgres_cluster() as url:
+        stack = LocalStack(
+            home=base / "airflow",
+            dags_folder=ROOT / "dags",
+            plugins_folder=ROOT / "plugins",
+            sql_alchemy_conn=url,
+            extra_env={
+                "AIRFLOW__AVSIM__SHARD_SIZE": str(shard_size),
+                "AIRFLOW__AVSIM__MAX_ACTIVE_SHARDS": str(max_active_shards),
+                "AIRFLOW__AVSIM__SHARD_POLL_SECONDS": "1",
+                "AIRFLOW__AVSIM__GRAPH_CATALOG": str(catalog),
+                **(extra_env or {}),
+            },
+        )
+        stack.migrate()
+        stack.set_pools(demo_pools(gpus=gpus, cpus=cpus))
+        stack.start()
+        try:
+            wait_for_dag(stack, "avsim_weekly")
+            wait_for_dag(stack, "avsim_weekly_shard")
+            yield stack
+        finally:
+            stack.stop()
+
+
+def read_json(uri: str) -> Any:
+    return json.loads(Path(uri.removeprefix("file://")).read_text())
