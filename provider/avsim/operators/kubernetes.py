@@ -146,13 +146,10 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         """Set the stock operator's pod fields from the attempt; it builds the V1Pod from them."""
         overrides = a.runtime.pod
         placement = self.kube.node_classes.get(self.node_class, {})
-        env = {
-            **overrides.env,
-            **a.environment(),
-            contract.ENV_LEASE_NAME: self.name or "",
-            contract.ENV_LEASE_NAMESPACE: self.namespace or self.kube.namespace,
-            "PYTHONUNBUFFERED": "1",
-        }
+        env = {**overrides.env, **a.environment(), "PYTHONUNBUFFERED": "1"}
+        if a.runtime.lease_seconds:
+            env[contract.ENV_LEASE_NAME] = self.name or ""
+            env[contract.ENV_LEASE_NAMESPACE] = self.namespace or self.kube.namespace
         self.image = a.image
         self.cmds = list(a.runtime.command)
         self.arguments = list(a.runtime.args)
