@@ -30,7 +30,8 @@ CASE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 #: An OCI image reference pinned by digest.
 IMAGE_DIGEST_RE = re.compile(r"^(?P<repo>[a-z0-9][a-z0-9._/:-]*)@(?P<digest>sha256:[0-9a-f]{64})$")
 ISO_WEEK_RE = re.compile(r"^(?P<year>\d{4})-W(?P<week>\d{2})$")
-MEMORY_RE = re.compile(r"^(?P<num>\d+(\.\d+)?)(?P<unit>Ki|Mi|Gi|Ti)?$")
+#: At most 15 digits before the point: a longer number is no quantity (and no finite float).
+MEMORY_RE = re.compile(r"^(?P<num>\d{1,15}(\.\d{1,15})?)(?P<unit>Ki|Mi|Gi|Ti)?$")
 
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 CaseId = Annotated[str, StringConstraints(pattern=CASE_ID_PATTERN)]
@@ -237,6 +238,8 @@ FORBIDDEN_POD_FIELDS = {
     "command": "the command is the phase's command",
     "image": "the image is the run's pinned build",
 }
+#: What the error about a forbidden pod field ends with.
+POD_FIELDS_ALLOWED = "a manifest may set only labels, annotations, env, ephemeral_storage and shm_size"
 #: Label and annotation keys: an optional DNS prefix, a name of at most 63 characters.
 LABEL_KEY_RE = re.compile(
     r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
@@ -264,8 +267,7 @@ class PodOverrides(_Strict):
             if bad:
                 k = bad[0]
                 raise ValueError(
-                    f"pod field {k!r} is not allowed: {FORBIDDEN_POD_FIELDS[k]}; a manifest may set only "
-                    "labels, annotations, env, ephemeral_storage and shm_size"
+                    f"pod field {k!r} is not allowed: {FORBIDDEN_POD_FIELDS[k]}; {POD_FIELDS_ALLOWED}"
                 )
         return data
 

@@ -8,9 +8,16 @@
 * document-level checks on the raw dict, which pydantic cannot express: unique case ids,
   every case ``graph`` defined under ``graphs``, every ``depends_on`` naming a phase of the
   same graph, acyclic graphs. They are best effort and skip parts that are malformed (those
-  are reported by the first pass), so one run reports everything at once.
+  are reported by the first pass), so one run reports everything at once;
+* checks of every string and of the free-form parts: no credentials anywhere
+  (:mod:`avsim.manifest.secrets`: credentials come from Airflow connections), no NUL character
+  or lone UTF-16 surrogate (neither can reach a phase's environment or arguments), and a case's
+  ``parameters`` nested at most :data:`MAX_PARAMETER_DEPTH` levels deep.
 
-Problems come out in document order, at most :data:`MAX_PROBLEMS` of them.
+A forbidden pod field is reported at its own path (``...pod.hostPath``), each one of them.
+Problems come out in document order, at most :data:`MAX_PROBLEMS` of them. No message repeats
+a credential: the credential-shaped part of every path and message is masked (``****``), and a
+document that is not a mapping is described by its type, not its content.
 """
 
 from __future__ import annotations
@@ -25,12 +32,15 @@ from pydantic import BaseModel, ValidationError
 
 from avsim.errors import ManifestError, Problem
 from avsim.manifest.field_errors import Loc, child, describe, format_path, pydantic_problems
-from avsim.manifest.models import NAME_PATTERN, Manifest
+from avsim.manifest.models import FORBIDDEN_POD_FIELDS, NAME_PATTERN, POD_FIELDS_ALLOWED, Manifest
+from avsim.manifest.secrets import mask_secrets, secret_problems
 
 _M = TypeVar("_M", bound=BaseModel)
 
 #: Problems kept in one ManifestError; the rest are counted.
 MAX_PROBLEMS = 1000
+#: Levels of nesting a case's ``parameters`` may have (a phase gets them as one JSON object).
+MAX_PARAMETER_DEPTH = 32
 
 _NAME_RE = re.compile(NAME_PATTERN)
 
@@ -47,7 +57,14 @@ def validate_document(data: object, model: type[_M], source: str, what_it_is: st
     """Validate a manifest-shaped document (a manifest, or a graph catalog: its ``graphs`` and
     ``run_phases`` without cases) against ``model`` and the document-level checks."""
     if not isinstance(data, dict):
-        what = "nothing (the document is empty)" if data is None else describe(data)
+        # Only the type: the loader may have been pointed at a file that is no manifest (and holds secrets).
+        what = (
+            "nothing (the document is empty)"
+            if data is None
+            else describe(data)
+            if isinstance(data, list | tuple)
+            else f"a {type(data).__name__}"
+        )
         raise ManifestError(
             [
                 Problem(
@@ -61,8 +78,10 @@ def validate_document(data: object, model: type[_M], source: str, what_it_is: st
     try:
         validated = model.model_validate(data)
     except ValidationError as exc:
-        found.extend(pydantic_problems(exc, data))
+        found.extend(_each_forbidden_pod_field(pydantic_problems(exc, data), data))
     found.extend(_document_problems(data))
+    found.extend(secret_problems(data))
+    found.extend(_text_problems(data))
     if found:
         raise ManifestError(_ordered(found, data), source=source)
     assert validated is not None
@@ -117,6 +136,92 @@ def _case_problems(
         phases = case.get("phases")
         if isinstance(phases, dict):
             _graph_problems(("cases", i, "phases"), phases, "phase", add)
+        parameters = case.get("parameters")
+        if isinstance(parameters, dict | list):
+            too_deep = _too_deep(parameters, MAX_PARAMETER_DEPTH)
+            if too_deep is not None:
+                add(
+                    (
+                        ("cases", i, "parameters", *too_deep),
+                        f"parameters are nested more than {MAX_PARAMETER_DEPTH} levels deep here; "
+                        "flatten them (a phase gets them as one JSON object)",
+                    )
+                )
+
+
+def _too_deep(node: Any, limit: int) -> Loc | None:
+    """Where (relative to ``node``) the first container more than ``limit`` levels deep is, else None."""
+    stack: list[tuple[Any, Loc]] = [(node, ())]
+    while stack:
+        current, loc = stack.pop()
+        if len(loc) >= limit:
+            return loc
+        items = current.items() if isinstance(current, dict) else enumerate(current)
+        for key, value in items:
+            if isinstance(value, dict | list):
+                stack.append((value, (*loc, key)))
+    return None
+
+
+def _each_forbidden_pod_field(found: list[tuple[Loc, str]], data: Any) -> list[tuple[Loc, str]]:
+    """The model names the first forbidden field of a pod at the pod; name each one at its own path."""
+    out: list[tuple[Loc, str]] = []
+    for loc, message in found:
+        node: Any = data
+        for seg in loc:
+            node = child(node, seg)
+        bad = [k for k in node if k in FORBIDDEN_POD_FIELDS] if isinstance(node, dict) else []
+        if not (message.startswith("pod field ") and bad):
+            out.append((loc, message))
+            continue
+        for key in bad:
+            out.append(
+                (
+                    (*loc, key),
+                    f"pod field {key!r} is not allowed: {FORBIDDEN_POD_FIELDS[key]}; {POD_FIELDS_ALLOWED}",
+                )
+            )
+    return out
+
+
+def _text_problems(data: Any) -> list[tuple[Loc, str]]:
+    """Strings no phase could be given: a NUL character ends a C string, a lone surrogate is no text."""
+    out: list[tuple[Loc, str]] = []
+    stack: list[tuple[Any, Loc]] = [(data, ())]
+    while stack:
+        node, loc = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                here = (*loc, key)
+                if isinstance(key, str) and not key.isascii():
+                    out.extend((here, f"the key {m}") for m in _bad_text(key))
+                if isinstance(value, str):
+                    if not value.isascii() or "\x00" in value:
+                        out.extend((here, m) for m in _bad_text(value))
+                elif isinstance(value, dict | list):
+                    stack.append((value, here))
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                if isinstance(value, str):
+                    if not value.isascii() or "\x00" in value:
+                        out.extend(((*loc, i), m) for m in _bad_text(value))
+                elif isinstance(value, dict | list):
+                    stack.append((value, (*loc, i)))
+    return out
+
+
+def _bad_text(text: str) -> list[str]:
+    out = []
+    if "\x00" in text:
+        out.append("holds a NUL character (\\u0000), which no process argument or variable can; remove it")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        out.append(
+            f"holds a lone UTF-16 surrogate ({text[exc.start]!a} at character {exc.start}), which is not "
+            "text; write the character itself or its complete surrogate pair"
+        )
+    return out
 
 
 def _unknown_graph(name: str, graph_names: list[str]) -> str:
@@ -273,8 +378,9 @@ def _ordered(found: list[tuple[Loc, str]], data: dict[str, Any]) -> list[Problem
     keyed.sort(key=lambda item: (item[0], item[1]))
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()
-    for _, _, loc, msg in keyed:
-        path = format_path(loc, data)
+    for _, _, loc, raw in keyed:
+        # A credential in a key or in a value echoed by a type error is masked here as well.
+        path, msg = mask_secrets(format_path(loc, data)), mask_secrets(raw)
         if (path, msg) in seen:
             continue
         seen.add((path, msg))
