@@ -1,0 +1,150 @@
+"""The capacity planner on a 10,000-case week: how close each ordering gets to the lower bound,
+what spot preemption costs, and which run shape (S, W) meets the target.
+
+Everything is simulated by ``avsim.planner`` on the sample manifest (``sample_manifest(N)``) at a
+fixed capacity. Reported, each as a ratio measured in the same run:
+
+1. at the configured shape (``AvsimSettings`` S and W): makespan / lower bound of the
+   critical-path rule, Airflow's default ``downstream`` rule and FIFO (target: critical path at
+   most 1.05 and below ``downstream``), with the seconds each simulation took;
+2. shapes: the same ratios over window sizes W, shard sizes S, with and without logical dates
+   on shard runs (Airflow orders equal weights by logical date, then map index);
+3. at the recommended shape: spot preemption (5 %/GPU-hour) with checkpoints, makespan / the
+   same run without preemption (target at most 1.10), and without checkpoints for reference;
+   durations spread ±30 %; the shard DAG's per-run task limit.
+
+    python bench/planner.py [--cases 10000] [--gpus 280] [--cpus 200] [--on-demand-gpus 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+
+from avsim.manifest.sample import sample_manifest
+from avsim.manifest.validation import validate_manifest
+from avsim.planner import (
+    STRATEGIES,
+    Capacity,
+    SimOptions,
+    Workload,
+    lower_bound,
+    simulate,
+    workload_from_manifest,
+)
+from avsim.settings import AvsimSettings
+
+
+def ratios(w: Workload, cap: Capacity, opts: SimOptions) -> dict[str, tuple[float, float]]:
+    """strategy -> (makespan / lower bound, seconds the simulation took)."""
+    bound = lower_bound(w, cap, opts).seconds
+    out = {}
+    for name in STRATEGIES:
+        t0 = time.perf_counter()
+        r = simulate(w, cap, replace(opts, strategy=name))
+        out[name] = (r.makespan_seconds / bound, time.perf_counter() - t0)
+    return out
+
+
+def shape(opts: SimOptions) -> str:
+    dates = "logical dates" if opts.shard_logical_dates else "no logical dates"
+    return f"S={opts.shard_size:4d} W={opts.max_active_shards:2d} ({opts.shard_size * opts.max_active_shards:5,d} in flight, {dates})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", type=int, default=10_000)
+    ap.add_argument("--gpus", type=int, default=280)
+    ap.add_argument("--cpus", type=int, default=200)
+    ap.add_argument("--on-demand-gpus", type=int, default=16)
+    ap.add_argument("--preemption-rate", type=float, default=0.05)
+    ap.add_argument("--checkpoint-seconds", type=float, default=300)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--recommended-shard-size", type=int, default=250)
+    ap.add_argument("--recommended-max-active-shards", type=int, default=6)
+    args = ap.parse_args()
+
+    import avsim.priority  # noqa: F401  (imports Airflow once, outside the timings)
+
+    w = workload_from_manifest(validate_manifest(sample_manifest(args.cases)))
+    cap = Capacity(gpus=args.gpus, cpus=args.cpus)
+    settings = AvsimSettings()
+    configured = SimOptions(
+        shard_size=settings.shard_size, max_active_shards=settings.max_active_shards, seed=args.seed
+    )
+    b = lower_bound(w, cap, configured)
+    print(
+        f"{args.cases:,} cases, {b.gpu_seconds / 3600:,.0f} GPU-hours, {b.cpu_seconds / 3600:,.0f} CPU-hours; "
+        f"{args.gpus} GPUs, {args.cpus} CPUs; lower bound {b.seconds / 3600:.2f} h (set by {b.binding})",
+        flush=True,
+    )
+
+    print("\n1. configured shape " + shape(configured))
+    got = ratios(w, cap, configured)
+    for name, (ratio, secs) in got.items():
+        print(f"   {name:14s} makespan / bound {ratio:.3f}   ({secs:.2f} s to simulate)", flush=True)
+    cp, down = got["critical_path"][0], got["downstream"][0]
+    print(f"   critical path: {cp:.3f} (target <= 1.05), / downstream's {cp / down:.3f} (target < 1)")
+    old_limit = max(16, 16 * configured.max_active_shards)  # the shard DAG's max_active_tasks before 2 S
+    got = ratios(w, cap, replace(configured, max_active_tasks_per_shard=old_limit))
+    print(
+        f"   with max_active_tasks = {old_limit} per shard run: "
+        + "  ".join(f"{n} {got[n][0]:.3f}" for n in STRATEGIES),
+        flush=True,
+    )
+
+    print("\n2. shapes (makespan / bound: critical_path  downstream  fifo)")
+    shapes = [
+        (250, 4, False),
+        (250, 4, True),
+        (250, 6, False),
+        (250, 6, True),
+        (250, 8, False),
+        (250, 8, True),
+        (250, 12, False),
+        (125, 16, True),
+        (500, 4, True),
+    ]
+    for s, win, dates in shapes:
+        opts = replace(configured, shard_size=s, max_active_shards=win, shard_logical_dates=dates)
+        got = ratios(w, cap, opts)
+        print(
+            f"   {shape(opts)}  " + "  ".join(f"{got[n][0]:.3f}" for n in STRATEGIES),
+            flush=True,
+        )
+
+    rec = replace(
+        configured,
+        shard_size=args.recommended_shard_size,
+        max_active_shards=args.recommended_max_active_shards,
+        shard_logical_dates=True,
+    )
+    print("\n3. recommended shape " + shape(rec))
+    with_od = replace(cap, on_demand_gpus=args.on_demand_gpus)
+    base = simulate(w, with_od, rec)
+    pre = replace(rec, preemption_rate=args.preemption_rate, checkpoint_seconds=args.checkpoint_seconds)
+    ckpt = simulate(w, with_od, pre)
+    # Reference: no phase checkpoints (simulate and perceive checkpoint in the sample).
+    no_ckpt = simulate(w, with_od, replace(pre, checkpoint_seconds=10**9))
+    print(f"   on {args.gpus} spot + {args.on_demand_gpus} on-demand GPUs, critical path:")
+    print(f"   no preemption           {base.makespan_seconds / 3600:.2f} h")
+    for label, r in (("with checkpoints", ckpt), ("without checkpoints", no_ckpt)):
+        print(
+            f"   {args.preemption_rate * 100:g} %/h, {label:19s} {r.makespan_seconds / 3600:.2f} h: "
+            f"x{r.makespan_seconds / base.makespan_seconds:.3f} the no-preemption makespan, {r.preemptions} "
+            f"preemptions, {r.lost_gpu_seconds / 3600:.1f} GPU-h lost, {r.on_demand_attempts} attempts on "
+            f"on-demand ({r.on_demand_gpu_seconds / 3600:.0f} GPU-h)",
+            flush=True,
+        )
+    print(f"   with checkpoints: x{ckpt.makespan_seconds / base.makespan_seconds:.3f} (target <= 1.10)")
+    spread = ratios(w, cap, replace(rec, duration_spread=0.3))
+    print("   durations ±30 %:          " + "  ".join(f"{n} {spread[n][0]:.3f}" for n in STRATEGIES))
+    limited = ratios(w, cap, replace(rec, max_active_tasks_per_shard=2 * rec.shard_size))
+    print("   max_active_tasks = 2 S:   " + "  ".join(f"{n} {limited[n][0]:.3f}" for n in STRATEGIES))
+    first = {n: simulate(w, cap, replace(rec, strategy=n)).first_case_seconds or 0.0 for n in STRATEGIES}
+    print("   first case done after:    " + "  ".join(f"{n} {first[n] / 60:.0f} min" for n in STRATEGIES))
+
+
+if __name__ == "__main__":
+    main()
