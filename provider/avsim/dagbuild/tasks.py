@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 from typing import Any
 
 from avsim.artifacts import RunLayout, safe_key, week_index_uri
@@ -18,6 +19,8 @@ from avsim.settings import AvsimSettings
 from avsim.storage import exists, read_json, write_json
 
 log = logging.getLogger(__name__)
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 #: Counts reported per shard and per week, in this order.
 CASE_OUTCOMES = ("passed", "scenario_failed", "bad_input", "infra_failed")
@@ -40,7 +43,13 @@ def canary_run_id(parent_run_id: str) -> str:
 
 def manifest_source(params: dict[str, Any], settings: AvsimSettings, when: dt.datetime | None) -> str:
     """The manifest a run uses: the trigger's ``manifest`` parameter, else ``[avsim] default_manifest``."""
-    source = str(params.get("manifest") or settings.default_manifest or "").strip()
+    given = params.get("manifest")
+    if given is not None and not isinstance(given, str):
+        raise ManifestError(
+            [Problem("params.manifest", f"must be a path or URI (a string), got {type(given).__name__}")],
+            source="DAG run conf",
+        )
+    source = str(given or settings.default_manifest or "").strip()
     if not source:
         raise ManifestError(
             [
@@ -56,7 +65,39 @@ def manifest_source(params: dict[str, Any], settings: AvsimSettings, when: dt.da
         when = when or dt.datetime.now(dt.UTC)
         year, week, _ = when.isocalendar()
         source = source.replace("{iso_week}", f"{year}-W{week:02d}")
+    _check_location(source, "params.manifest")
     return source
+
+
+def _check_location(uri: str, where: str) -> None:
+    """Refuse, before anything reads it, a location with a credential in it or that no filesystem serves.
+
+    The location is logged and kept in the run descriptor (XCom), so a password in it would leak; and
+    an unknown scheme is a mistake in the conf, not a failure a retry fixes."""
+    from avsim.manifest.secrets import USE_A_CONNECTION, find_secrets
+
+    found = find_secrets(uri)
+    if found:
+        raise ManifestError(
+            [Problem(where, f"{found[0].kind} ({found[0].masked}): {USE_A_CONNECTION}")],
+            source="DAG run conf",
+        )
+    if _SCHEME.match(uri):
+        from airflow.sdk import ObjectStoragePath
+
+        try:
+            ObjectStoragePath(uri).fs  # noqa: B018  (resolves the filesystem; reads nothing)
+        except (ValueError, ImportError) as exc:
+            raise ManifestError(
+                [
+                    Problem(
+                        where,
+                        f"{uri!r} is no location avsim can read ({exc}); give a path, a file:// URI or an "
+                        "ObjectStoragePath URI such as s3://<conn_id>@bucket/key",
+                    )
+                ],
+                source="DAG run conf",
+            ) from None
 
 
 def prepare_week(
@@ -169,19 +210,8 @@ def prepare_week(
 
 def load_shard(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
     """A shard run's first task: check its conf and hand each family group its cases."""
-    problems = []
-    run = conf.get("run")
-    if not isinstance(run, dict) or not {"run_key", "artifact_root"} <= set(run):
-        problems.append(
-            Problem("conf.run", "missing or incomplete; shard runs are started by the weekly run")
-        )
-    if not isinstance(conf.get("shard"), int) or isinstance(conf.get("shard"), bool):
-        problems.append(Problem("conf.shard", f"must be an integer shard index, got {conf.get('shard')!r}"))
-    if problems:
-        raise ManifestError(problems, source="shard DAG run conf")
-    assert isinstance(run, dict)
-    layout = RunLayout(run["artifact_root"], run["run_key"])
-    shard = ShardPlan.from_json(read_json(layout.shard_cases(int(conf["shard"]))))
+    run, layout, index = shard_conf(conf)
+    shard = ShardPlan.from_json(read_json(layout.shard_cases(index)))
     unknown = set(shard.by_family) - set(plan.family_names)
     if unknown:
         raise AvsimError(
@@ -194,13 +224,59 @@ def load_shard(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
     return out
 
 
+def shard_conf(conf: Any) -> tuple[dict[str, Any], RunLayout, int]:
+    """A shard run's conf, checked: its run descriptor, the run's artifact layout, its shard index.
+
+    Raises :class:`ManifestError` naming each bad field (``conf.run``, ``conf.shard``): a shard run
+    started by hand with a conf the weekly run did not write, or for a shard it never cut.
+    """
+    where = "shard DAG run conf"
+    started_by = "shard runs are started by the weekly run (avsim_weekly), which writes their cases first"
+    if not isinstance(conf, dict):
+        raise ManifestError([Problem("conf", f"must be a mapping; {started_by}")], source=where)
+    problems = []
+    run = conf.get("run")
+    keys = ("run_key", "artifact_root")
+    if not isinstance(run, dict) or not all(isinstance(run.get(k), str) and run[k].strip() for k in keys):
+        problems.append(
+            Problem("conf.run", f"missing or incomplete (needs run_key and artifact_root); {started_by}")
+        )
+    shard = conf.get("shard")
+    if not isinstance(shard, int) or isinstance(shard, bool) or shard < 0:
+        shown = f"{type(shard).__name__} {shard!r}"[:80]
+        problems.append(Problem("conf.shard", f"must be an integer shard index (>= 0), got {shown}"))
+    if problems:
+        raise ManifestError(problems, source=where)
+    assert isinstance(run, dict) and isinstance(shard, int)
+    _check_location(run["artifact_root"], "conf.run.artifact_root")
+    layout = RunLayout(run["artifact_root"], run["run_key"])
+    if not exists(layout.shard_cases(shard)):
+        raise ManifestError(
+            [
+                Problem(
+                    "conf.shard",
+                    f"run {run['run_key']!r} has no shard {shard} under {layout.root}; {started_by}",
+                )
+            ],
+            source=where,
+        )
+    return run, layout, shard
+
+
 def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
-    """A shard run's last task (runs whatever happened): write the shard's summary to the ledger."""
+    """A shard run's last task (runs whatever happened): write the shard's summary to the ledger.
+
+    A run whose conf ``load_shard`` refused has nothing to summarize: it fails at once, without retries.
+    """
     from avsim.ledger.store import Ledger, summarize_shard
 
-    run = conf["run"]
-    layout = RunLayout(run["artifact_root"], run["run_key"])
-    shard = ShardPlan.from_json(read_json(layout.shard_cases(int(conf["shard"]))))
+    try:
+        run, layout, index = shard_conf(conf)
+    except ManifestError as exc:
+        from avsim.operators.exceptions import RunRejected
+
+        raise RunRejected(str(exc)) from None
+    shard = ShardPlan.from_json(read_json(layout.shard_cases(index)))
     cases = []
     for fam, entries in shard.by_family.items():
         family = plan.family(fam)
