@@ -61,7 +61,11 @@ class Rule:
 
 
 def _rule(kind: str, pattern: str, needles: tuple[str, ...], flags: int = 0) -> Rule:
-    """A rule; a string that holds none of ``needles`` (compared with ``flags``) cannot match it."""
+    """A rule; a string that holds none of ``needles`` (compared with ``flags``) cannot match it.
+
+    A secret group never starts with the mask, so masking is idempotent: a message that already
+    shows ``password=****`` keeps the text after it."""
+    pattern = re.sub(r"\(\?P<(secret\w*)>", r"(?!\\*{4})(?P<\1>", pattern)
     return Rule(
         kind, re.compile(pattern, flags), re.compile("|".join(map(re.escape, needles)), flags), needles
     )
@@ -96,7 +100,7 @@ _QUERY_NAMES = (
 RULES: tuple[Rule, ...] = (
     _rule(
         "a private key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?P<secret>[^-]*)",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?P<secret>(?:(?!-----END)[\s\S])*)",
         ("PRIVATE KEY",),
     ),
     _rule(
