@@ -243,7 +243,8 @@ def plan(
         None, "--max-active-shards", min=1, help="W (default: [avsim] max_active_shards)."
     ),
     shard_logical_dates: bool = typer.Option(
-        False, help="Shard runs carry increasing logical dates (Airflow orders equal weights by them)."
+        True,
+        help="Shard runs carry increasing logical dates, as avsim triggers them (Airflow orders equal weights by them).",
     ),
     max_active_tasks_per_shard: int = typer.Option(None, min=1, help="The shard DAG's max_active_tasks."),
     seed: int = typer.Option(0, help="Seed of preemptions, failures and durations."),

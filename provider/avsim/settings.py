@@ -61,7 +61,7 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "Manifest URI of the scheduled weekly run; '{iso_week}' is replaced by the run's ISO week.",
     ),
     "shard_size": ("250", "integer", "Most cases in one shard DAG run (S)."),
-    "max_active_shards": ("4", "integer", "Most shard DAG runs active at once (W)."),
+    "max_active_shards": ("6", "integer", "Most shard DAG runs active at once (W)."),
     "gpu_spot_pool": ("avsim_gpu_spot", "string", "Airflow pool of GPU phases on spot nodes."),
     "gpu_on_demand_pool": ("avsim_gpu_on_demand", "string", "Airflow pool of GPU phases on on-demand nodes."),
     "cpu_pool": ("avsim_cpu", "string", "Airflow pool of CPU phases."),
@@ -216,7 +216,7 @@ class AvsimSettings:
     graph_catalog: str = ""
     default_manifest: str = ""
     shard_size: int = 250
-    max_active_shards: int = 4
+    max_active_shards: int = 6
     gpu_spot_pool: str = "avsim_gpu_spot"
     gpu_on_demand_pool: str = "avsim_gpu_on_demand"
     cpu_pool: str = "avsim_cpu"

@@ -74,39 +74,40 @@ def _family_group(
 ) -> Any:
     @task_group(group_id=family.group_id, tooltip=f"graph {family.name}: one map index per case")
     def group(case: Any) -> None:
-        # phase name -> the tasks whose committed output is the phase's result (one, or spot + twin)
-        produced_by: dict[str, list[AvsimPhaseOperator]] = {}
+        # phase name -> (the task downstream phases wait on, the task ids whose XCom holds its result)
+        done_by: dict[str, tuple[AvsimPhaseOperator, list[str]]] = {}
         for phase in family.phases:
-            ups = {
-                up: [f"{family.group_id}.{t.task_id.rsplit('.', 1)[-1]}" for t in produced_by[up]]
-                for up in phase.upstream
-            }
-            twin_upstream = any(len(produced_by[up]) > 1 for up in phase.upstream)
+            ups = {up: done_by[up][1] for up in phase.upstream}
+            # After a GPU phase's pair, wait on its twin, which ends skipped when the spot task produced
+            # the result: none_failed (per map index) takes skipped as done and failed as not.
+            # (A rule that needs "one success", such as none_failed_min_one_success, would judge the
+            # group's not-yet-expanded task instance on every case at once: one case's failure would
+            # fail the phase for the whole shard.)
+            after_twin = any(len(done_by[up][1]) > 1 for up in phase.upstream)
             common: dict[str, Any] = {
                 "phase": phase.name,
                 "case": case,
                 "run": run,
-                "upstream_phases": ups,
+                "upstream_phases": {up: [f"{family.group_id}.{t}" for t in ids] for up, ids in ups.items()},
                 "reuse_outputs": reuse_outputs,
                 "map_index_template": "{{ task.case.case_id }}",
-                # An upstream phase with an on-demand twin ends skipped on one of its two tasks.
-                "trigger_rule": "none_failed_min_one_success" if twin_upstream else "all_success",
+                "trigger_rule": "none_failed" if after_twin else "all_success",
             }
             role = ROLE_SPOT if phase.on_demand_fallback else ROLE_REGULAR
             main = operator(task_id=phase.name, **common, **phase_task_kwargs(phase, role, run_class))
             for up in phase.upstream:
-                for t in produced_by[up]:
-                    t >> main
-            produced_by[phase.name] = [main]
+                done_by[up][0] >> main
+            done_by[phase.name] = (main, [phase.name])
             if phase.on_demand_fallback:
+                # Runs after the spot task: does the next attempt when the spot task handed over (skipped),
+                # and skips itself when the spot task produced the result.
                 twin = operator(
                     task_id=phase.on_demand_task,
-                    # Runs when the spot task handed over (skipped); the spot task skips it otherwise.
                     **{**common, "trigger_rule": "none_failed"},
                     **phase_task_kwargs(phase, ROLE_ON_DEMAND, run_class),
                 )
                 main >> twin
-                produced_by[phase.name].append(twin)
+                done_by[phase.name] = (twin, [phase.name, phase.on_demand_task])
 
     return group
 

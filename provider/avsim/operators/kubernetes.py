@@ -59,7 +59,6 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
 
     template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "case", "run", "inputs")
     ui_color = "#d8e4f3"
-    _can_skip_downstream = True
 
     def __init__(
         self,
@@ -113,9 +112,10 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
 
     # -- execute: the lifecycle around the stock operator ---------------------------------------
     def execute(self, context: Any) -> Any:
+        self.hand_over_check(context)
         begun = self.begin_attempt(context)
         if isinstance(begun, dict):
-            return self.finish(context, begun)
+            return begun
         self._attempt, self._started = begun, dt.datetime.now(dt.UTC)
         self._run_id = str(context.get("run_id", ""))
         self.name = pods.pod_name(begun.layout.run_key, begun.case_id, begun.phase, begun.attempt)
@@ -134,7 +134,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
             if watchdog is not None:
                 watchdog.set()
         assert self._sync_result is not None
-        return self.finish(context, self._sync_result)
+        return self._sync_result
 
     # -- the pod ----------------------------------------------------------------------------------
     def build_pod_request_obj(self, context: Any = None, *, dry_run: bool = False) -> k8s.V1Pod:
@@ -315,7 +315,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                 "watch_error",
                 name,
             )
-        return self.finish(context, self._conclude(context, attempt, result, namespace, name, started))
+        return self._conclude(context, attempt, result, namespace, name, started)
 
     def _read_result(self, namespace: str, name: str) -> AttemptResult | None:
         try:

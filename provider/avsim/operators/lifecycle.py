@@ -26,8 +26,6 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk.bases.skipmixin import SkipMixin
-
 from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
 from avsim.operators.retry import ROLE_ON_DEMAND, ROLE_SPOT, preemption_budget
@@ -42,15 +40,10 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-class PhaseLifecycle(SkipMixin):
+class PhaseLifecycle:
     """Mixin for phase operators. The operator sets ``phase``, ``case``, ``run``, ``upstream_phases``
     (upstream phase -> its task ids: one, or a spot task and its on-demand twin), ``inputs``
-    (fixed inputs of run-level phases), ``role`` and ``node_class``.
-
-    It is a ``SkipMixin``: a spot task that produced the phase's result skips its on-demand twin
-    for its own map index (an XCom the scheduler's ``NotPreviouslySkippedDep`` honours), so the
-    twin, whose trigger rule is ``none_failed``, runs only when the spot task handed over.
-    """
+    (fixed inputs of run-level phases), ``role`` and ``node_class``."""
 
     phase: str
     case: Any
@@ -487,14 +480,24 @@ class PhaseLifecycle(SkipMixin):
         )
         return self._xcom(self.ledger.outcome(claimed.case_id, self.phase) or rec)
 
-    def finish(self, context: Any, result: dict[str, Any]) -> dict[str, Any]:
-        """The phase has its result: a spot task tells the scheduler its on-demand twin will not run."""
-        if self.role == ROLE_SPOT:
-            twin_id = f"{self.task_id}{ON_DEMAND_SUFFIX}"
-            twins = [t for t in getattr(self, "downstream_list", []) if t.task_id == twin_id]
-            if twins:
-                self.skip(context["ti"], twins)
-        return result
+    def hand_over_check(self, context: Any) -> None:
+        """An on-demand twin whose spot task produced the phase's result has nothing to do: skip.
+
+        (The spot task cannot skip its twin per case: in Airflow 3.3.2 the scheduler reads the skip
+        XCom of a task in a mapped task group at map index -1, so the twin looks for itself.)
+        """
+        if self.role != ROLE_ON_DEMAND:
+            return
+        ti = context["ti"]
+        spot = self.task_id[: -len(ON_DEMAND_SUFFIX)]
+        value = ti.xcom_pull(task_ids=spot, map_indexes=ti.map_index)
+        if isinstance(value, dict) and value.get("output_uri"):
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(
+                f"{self._where()}: the spot task produced the result (attempt {value.get('attempt')}); "
+                "nothing runs on on-demand nodes"
+            )
 
     # -- helpers ------------------------------------------------------------------------------------
     def _xcom(self, rec: OutcomeRecord) -> dict[str, Any]:

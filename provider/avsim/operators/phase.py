@@ -59,8 +59,6 @@ class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
 
     template_fields: Sequence[str] = ("case", "run", "inputs")
     ui_color = "#d8ecf3"
-    #: Serialized, so the scheduler honours the skip a spot task sends its on-demand twin.
-    _can_skip_downstream = True
 
     def __init__(
         self,
@@ -87,9 +85,10 @@ class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
         self.reuse_outputs = reuse_outputs
 
     def execute(self, context: Any) -> dict[str, Any]:
+        self.hand_over_check(context)
         begun = self.begin_attempt(context)
         if isinstance(begun, dict):
-            return self.finish(context, begun)
+            return begun
         started = dt.datetime.now(dt.UTC)
         self.log.info(
             "avsim phase %s of case %s, attempt %d on %s: %s",
@@ -100,7 +99,7 @@ class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
             " ".join(begun.argv),
         )
         result = self.launch(begun, context)
-        return self.finish(context, self.end_attempt(context, begun, result, started))
+        return self.end_attempt(context, begun, result, started)
 
     # -- the backend seam ---------------------------------------------------------------------
     def launch(self, attempt: PhaseAttempt, context: Any) -> AttemptResult:

@@ -61,10 +61,10 @@ class SimOptions:
     #: From a window slot freeing to the next shard run's first phases being ready (trigger poll,
     #: ``load_shard``, expansion).
     shard_start_seconds: float = 0.0
-    #: Shard runs created with increasing logical dates: Airflow then orders equal weights by shard
-    #: (oldest first) before map index. ``False`` is what shard runs triggered without a logical
-    #: date get: equal weights are ordered by map index across all active shard runs.
-    shard_logical_dates: bool = False
+    #: Shard runs created with increasing logical dates (what ``ShardRunOperator`` does): Airflow then
+    #: orders equal weights by shard (oldest first) before map index. ``False`` models shard runs
+    #: triggered without a logical date: equal weights ordered by map index across all active shards.
+    shard_logical_dates: bool = True
     #: The shard DAG's ``max_active_tasks`` (per DAG run); ``None``: no limit.
     max_active_tasks_per_shard: int | None = None
     #: Seed of every random draw (preemptions, failures, durations): same seed, same run.
