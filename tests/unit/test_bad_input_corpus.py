@@ -150,6 +150,11 @@ MANIFESTS: list[Any] = [
     Bad("bad_pod_nested_spec.yaml", f"{SIM_POD}.spec", "unknown field 'spec'; remove it (allowed: labels,"),
     Bad("bad_pod_env_reserved.yaml", f"{SIM_POD}.env", "env 'OUTPUT_URI' is set by the phase contract"),
     Bad("bad_pod_label_reserved.yaml", f"{SIM_POD}.labels", "the prefix avsim.io/ is avsim's"),
+    Bad(
+        "bad_pod_apparmor_unconfined.yaml",
+        f"{SIM_POD}.annotations",
+        "'container.apparmor.security.beta.kubernetes.io/base' would change the pod's sandbox",
+    ),
     # credentials
     Bad(
         "bad_secret_aws_key.yaml",

@@ -248,6 +248,22 @@ LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 #: Prefixes avsim keeps for itself (labels it selects pods by, the contract's variables).
 RESERVED_LABEL_PREFIX = "avsim.io/"
+#: Label and annotation prefixes that container runtimes, node agents and admission webhooks act on to
+#: change a pod's sandbox (AppArmor, seccomp, sysctls, devices), credentials (an IAM role, injected
+#: Vault secrets) or network path (a service mesh's sidecar): avsim fixes those, a manifest may not.
+SANDBOX_KEY_PREFIXES = (
+    "container.apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+    "security.alpha.kubernetes.io/",
+    "io.kubernetes.cri-o.",
+    "iam.amazonaws.com/",
+    "vault.hashicorp.com/",
+    "sidecar.istio.io/",
+    "traffic.sidecar.istio.io/",
+    "linkerd.io/",
+    "config.linkerd.io/",
+)
 
 
 class PodOverrides(_Strict):
@@ -280,6 +296,11 @@ class PodOverrides(_Strict):
             if key.startswith(RESERVED_LABEL_PREFIX):
                 raise ValueError(
                     f"{info.field_name} key {key!r}: the prefix {RESERVED_LABEL_PREFIX} is avsim's"
+                )
+            if key.startswith(SANDBOX_KEY_PREFIXES):
+                raise ValueError(
+                    f"{info.field_name} key {key!r} would change the pod's sandbox, credentials or network "
+                    "(runtimes, node agents and webhooks act on it); avsim sets those, remove it"
                 )
             if info.field_name == "labels" and not LABEL_VALUE_RE.match(value):
                 raise ValueError(
