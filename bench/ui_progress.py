@@ -130,6 +130,32 @@ def _phase_rows(
     return rows
 
 
+def _tasks_of(
+    family: str, phase: str, state: str | None, cls: str, tries: int, took: float | None
+) -> list[tuple[str, str | None, str, int, float | None, str, str]]:
+    """The task rows of one phase of a case: a GPU phase is its spot task and its on-demand twin.
+
+    (phase, state, class, try, seconds, task id, pool) per task. The twin skips itself after a spot
+    result, does not run after a spot failure, and takes over when the spot task handed over.
+    """
+    _ups, pool, gpus, _s = PHASES[phase]
+    task_id = f"{family}.{phase}"
+    if not gpus:
+        return [(phase, state, cls, tries, took, task_id, pool)]
+    twin = f"{task_id}_on_demand"
+    if cls == "preempted":  # preempted on spot until it handed over; the twin failed as well
+        return [
+            (phase, "skipped", "skipped", tries, took, task_id, pool),
+            (phase, "failed", "preempted", 1, took, twin, "avsim_gpu_on_demand"),
+        ]
+    twin_state = {"success": "skipped", "failed": "upstream_failed", "upstream_failed": "upstream_failed"}
+    after = twin_state.get(state or "")
+    return [
+        (phase, state, cls, tries, took, task_id, pool),
+        (phase, after, after or "waiting", 0, None, twin, "avsim_gpu_on_demand"),
+    ]
+
+
 def build_week(conn: Any, spec: WeekSpec, ledger_root: str | None = None) -> Truth:
     """Insert a weekly run shaped like a real one into the metadata database on ``conn``.
 
@@ -251,10 +277,12 @@ def build_week(conn: Any, spec: WeekSpec, ledger_root: str | None = None) -> Tru
                 truth.done_by_class[case_class] += 1
             index = map_index[family]
             map_index[family] += 1
-            for phase, state, cls, tries, took in _phase_rows(family, case_class, at, progress, rnd):
-                task_id = f"{family}.{phase}"
-                _ups, pool, gpus, _s = PHASES[phase]
-                truth.phase_classes.setdefault(phase, Counter())[cls] += 1
+            tasks = []
+            for row in _phase_rows(family, case_class, at, progress, rnd):
+                truth.phase_classes.setdefault(row[0], Counter())[row[2]] += 1
+                tasks += _tasks_of(family, *row)
+            for phase, state, cls, tries, took, task_id, pool in tasks:
+                gpus = PHASES[phase][2]
                 end = NOW - dt.timedelta(hours=rnd.uniform(1, 40)) if took is not None else None
                 start = NOW - dt.timedelta(seconds=600) if state == "running" else None
                 if took is not None and end is not None:

@@ -2,7 +2,9 @@
 
 The week's phases are the mapped task instances (``map_index >= 0``) of its shard runs
 (``<run id>__shard_<k>`` and ``<run id>__canary`` of ``<dag id>_shard``): task id
-``<family>.<phase>``, one map index per case, ``rendered_map_index`` the case id.
+``<family>.<phase>``, one map index per case, ``rendered_map_index`` the case id. A GPU phase has
+two tasks, the spot task and its on-demand twin ``<family>.<phase>_on_demand`` (one of them ends
+skipped); the page counts the *phase of a case*, whichever of its tasks did the work.
 
 A phase's outcome class comes from the task instance's state and its XComs: the phase operator's
 return value (``{"outcome": ...}``, pushed when the phase produced output) and ``avsim_outcome``
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import and_, case, func, literal, or_, select
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
 #: Task-instance states after which a phase will not run again unless cleared.
 TERMINAL = ("success", "failed", "upstream_failed", "skipped", "removed")
@@ -40,6 +42,24 @@ _BLOCKED = ("infra_failed", "upstream_failed", "not_run")
 FAILURE_ORDER = ("bad_build", "bad_input", "failed", "infra_failed", "preempted", "scenario_failed")
 #: XCom key of the outcome a phase attempt ended with (pushed by the phase operator).
 OUTCOME_XCOM = "avsim_outcome"
+#: A task's class -> rank; a phase of a case takes the class of highest rank among its tasks
+#: (a result beats work in progress, which beats a failure, which beats a skipped task).
+RANK = {
+    "scenario_failed": 91,
+    "passed": 90,
+    "running": 80,
+    "bad_input": 76,
+    "bad_build": 75,
+    "preempted": 74,
+    "failed": 73,
+    "infra_failed": 72,
+    "upstream_failed": 60,
+    "waiting": 50,
+    "not_run": 30,
+    "skipped": 20,
+}
+#: Phase classes of a phase that is over.
+_ENDED = tuple(c for c in RANK if c not in ("running", "waiting"))
 CACHE_SECONDS = 300.0
 
 
@@ -66,8 +86,8 @@ class ShardRun:
 class Digest:
     """The aggregated figures of one shard run."""
 
-    #: (task_id, class) -> [count, seconds, gpu_seconds]
-    phases: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    #: (phase, class) -> (phases of cases, seconds of their tasks)
+    phases: dict[tuple[str, str], tuple[int, float]] = field(default_factory=dict)
     #: (status, class) -> cases
     cases: dict[tuple[str, str], int] = field(default_factory=dict)
     #: pool -> GPU-seconds of ended tries (the current try and earlier ones)
@@ -123,37 +143,48 @@ def shard_runs(session: Session, shard_dag_id: str, run_id: str) -> list[ShardRu
     return sorted(out, key=lambda r: (r.kind != "canary", r.index or 0))
 
 
-def _phase_tis(shard_dag_id: str, run_ids: Sequence[str]) -> Any:
-    """One row per phase task instance of ``run_ids``, with its outcome class (``cls``)."""
+def _phase_tis(shard_dag_id: str, run_ids: Sequence[str], task_ids: Sequence[str]) -> Any:
+    """One row per phase task instance of ``run_ids``: its family, phase, class (``cls``) and rank."""
+    from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.models.xcom import XComModel
+    from airflow.models.xcom import XComModel as X
 
-    rv = aliased(XComModel)
-    oc = aliased(XComModel)
+    from avsim.plan.model import ON_DEMAND_SUFFIX
 
-    def joined(x: Any, key: str) -> Any:
-        return and_(
-            x.dag_id == TI.dag_id,
-            x.run_id == TI.run_id,
-            x.task_id == TI.task_id,
-            x.map_index == TI.map_index,
-            x.key == key,
+    # The two XComs of each phase task instance of these runs, one row per task instance. The
+    # filter on dag_run_id (the XCom primary key's first column) reads only these runs' XComs.
+    runs = select(DagRun.id).where(DagRun.dag_id == shard_dag_id, DagRun.run_id.in_(list(run_ids)))
+    outcome = X.value["outcome"].as_string()
+    xcoms = (
+        select(
+            X.run_id.label("run_id"),
+            X.task_id.label("task_id"),
+            X.map_index.label("map_index"),
+            func.max(case((X.key == OUTCOME_XCOM, outcome))).label("recorded"),
+            func.max(case((X.key == "return_value", outcome))).label("returned"),
+            func.max(case((X.key == OUTCOME_XCOM, X.value["reason"].as_string()))).label("reason"),
         )
-
-    recorded = oc.value["outcome"].as_string()
-    returned = rv.value["outcome"].as_string()
+        .where(X.dag_run_id.in_(runs), X.key.in_((OUTCOME_XCOM, "return_value")), X.map_index >= 0)
+        .group_by(X.run_id, X.task_id, X.map_index)
+        .subquery("phase_xcom")
+    )
     cls = case(
-        (TI.state == "success", func.coalesce(recorded, returned, literal("passed"))),
-        (TI.state == "failed", func.coalesce(recorded, literal("failed"))),
+        (TI.state == "success", func.coalesce(xcoms.c.recorded, xcoms.c.returned, literal("passed"))),
+        (TI.state == "failed", func.coalesce(xcoms.c.recorded, literal("failed"))),
         (TI.state == "upstream_failed", literal("upstream_failed")),
-        (TI.state.in_(("skipped", "removed")), literal("not_run")),
+        (TI.state == "skipped", literal("skipped")),
+        (TI.state == "removed", literal("not_run")),
         (TI.state.in_(ACTIVE), literal("running")),
         else_=literal("waiting"),
     )
+    family = {t: t.split(".", 1)[0] for t in task_ids}
+    phase = {t: t.split(".", 1)[1].removesuffix(ON_DEMAND_SUFFIX) for t in task_ids}
     return (
         select(
             TI.run_id.label("run_id"),
             TI.task_id.label("task_id"),
+            case(family, value=TI.task_id, else_=literal("")).label("family"),
+            case(phase, value=TI.task_id, else_=TI.task_id).label("phase"),
             TI.map_index.label("map_index"),
             TI.__table__.c.rendered_map_index.label("case_id"),
             TI.state.label("state"),
@@ -163,11 +194,18 @@ def _phase_tis(shard_dag_id: str, run_ids: Sequence[str]) -> Any:
             TI.pool.label("pool"),
             TI.pool_slots.label("pool_slots"),
             cls.label("cls"),
-            oc.value["reason"].as_string().label("reason"),
+            case(RANK, value=cls, else_=literal(0)).label("rank"),
+            xcoms.c.reason.label("reason"),
         )
         .select_from(TI)
-        .outerjoin(rv, joined(rv, "return_value"))
-        .outerjoin(oc, joined(oc, OUTCOME_XCOM))
+        .outerjoin(
+            xcoms,
+            and_(
+                xcoms.c.run_id == TI.run_id,
+                xcoms.c.task_id == TI.task_id,
+                xcoms.c.map_index == TI.map_index,
+            ),
+        )
         .where(TI.dag_id == shard_dag_id, TI.run_id.in_(list(run_ids)), TI.map_index >= 0)
         .subquery("phase_ti")
     )
@@ -177,77 +215,93 @@ def _flag(condition: Any) -> Any:
     return func.max(case((condition, 1), else_=0))
 
 
+def _rank_in(column: Any, classes: Iterable[str]) -> Any:
+    return column.in_([RANK[c] for c in classes])
+
+
 def compute_digests(
     session: Session, shard_dag_id: str, run_ids: Sequence[str], gpu_pools: Sequence[str]
 ) -> dict[str, Digest]:
-    """The digest of each shard run in ``run_ids``: four aggregate queries for all of them together."""
+    """The digest of each shard run in ``run_ids``: five aggregate queries for all of them together."""
+    from airflow.models.taskinstance import TaskInstance as TI
     from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
 
     digests = {r: Digest() for r in run_ids}
     if not run_ids:
         return digests
-    t = _phase_tis(shard_dag_id, run_ids)
+    task_ids = sorted(
+        t
+        for t in session.scalars(
+            select(TI.task_id)
+            .where(TI.dag_id == shard_dag_id, TI.run_id.in_(list(run_ids)), TI.map_index >= 0)
+            .distinct()
+        ).all()
+        if "." in t
+    )
+    if not task_ids:
+        return digests
+    t = _phase_tis(shard_dag_id, run_ids, task_ids)
     gpu = case((t.c.pool.in_(list(gpu_pools)), t.c.duration * t.c.pool_slots), else_=0.0)
 
-    # Per phase and class: counts, seconds, GPU-seconds of the current tries (and per pool).
-    for run_id, task_id, cls, pool, n, seconds, gpu_s in session.execute(
+    # One row per phase of a case: the class of its highest-ranked task, its tasks' seconds.
+    per_phase = (
         select(
-            t.c.run_id, t.c.task_id, t.c.cls, t.c.pool, func.count(), func.sum(t.c.duration), func.sum(gpu)
-        ).group_by(t.c.run_id, t.c.task_id, t.c.cls, t.c.pool)
-    ).all():
-        d = digests[run_id]
-        acc = d.phases.setdefault((task_id, cls), [0, 0.0, 0.0])
-        acc[0] += int(n)
-        acc[1] += float(seconds or 0)
-        acc[2] += float(gpu_s or 0)
-        if gpu_s:
-            d.gpu_seconds[pool] = d.gpu_seconds.get(pool, 0.0) + float(gpu_s)
-
-    # Per case (shard run, family, map index): its status and class, then counted.
-    families = sorted(
-        {task.split(".", 1)[0] for d in digests.values() for task, _ in d.phases if "." in task}
+            t.c.run_id.label("run_id"),
+            t.c.family.label("family"),
+            t.c.map_index.label("map_index"),
+            t.c.phase.label("phase"),
+            func.max(t.c.rank).label("rank"),
+            func.sum(t.c.duration).label("seconds"),
+        )
+        .group_by(t.c.run_id, t.c.family, t.c.map_index, t.c.phase)
+        .subquery("per_phase")
     )
-    if families:
-        family = case(
-            *((func.substr(t.c.task_id, 1, len(f) + 1) == f"{f}.", literal(f)) for f in families),
-            else_=literal(""),
-        )
-        per_case = (
-            select(
-                t.c.run_id.label("run_id"),
-                case(
-                    (func.sum(case((t.c.state.in_(TERMINAL), 1), else_=0)) == func.count(), literal("done")),
-                    (
-                        or_(
-                            _flag(t.c.state.in_(ACTIVE)) == 1,
-                            func.sum(case((t.c.state.in_(TERMINAL), 1), else_=0)) > 0,
-                        ),
-                        literal("running"),
-                    ),
-                    else_=literal("waiting"),
-                ).label("status"),
-                case(
-                    *((_flag(t.c.cls == c) == 1, literal(c)) for c in CASE_CLASSES[:4]),
-                    (_flag(t.c.cls.in_(_BLOCKED)) == 1, literal("infra_failed")),
-                    (_flag(t.c.cls == "scenario_failed") == 1, literal("scenario_failed")),
-                    else_=literal("passed"),
-                ).label("cls"),
-            )
-            .group_by(t.c.run_id, family, t.c.map_index)
-            .subquery("per_case")
-        )
-        for run_id, status, cls, n in session.execute(
-            select(per_case.c.run_id, per_case.c.status, per_case.c.cls, func.count()).group_by(
-                per_case.c.run_id, per_case.c.status, per_case.c.cls
-            )
-        ).all():
-            digests[run_id].cases[(status, cls)] = int(n)
+    by_rank = {v: k for k, v in RANK.items()}
+    for run_id, phase, rank, n, seconds in session.execute(
+        select(
+            per_phase.c.run_id,
+            per_phase.c.phase,
+            per_phase.c.rank,
+            func.count(),
+            func.sum(per_phase.c.seconds),
+        ).group_by(per_phase.c.run_id, per_phase.c.phase, per_phase.c.rank)
+    ).all():
+        digests[run_id].phases[(phase, by_rank.get(int(rank), "waiting"))] = (int(n), float(seconds or 0))
 
-    # Failed and scenario-failed phases, to list (bounded by the failures of these runs).
+    # One row per case: its status and class, then counted.
+    r = per_phase.c.rank
+    ended = func.sum(case((_rank_in(r, _ENDED), 1), else_=0))
+    per_case = (
+        select(
+            per_phase.c.run_id.label("run_id"),
+            case(
+                (ended == func.count(), literal("done")),
+                (or_(_flag(r == RANK["running"]) == 1, ended > 0), literal("running")),
+                else_=literal("waiting"),
+            ).label("status"),
+            case(
+                *((_flag(r == RANK[c]) == 1, literal(c)) for c in CASE_CLASSES[:4]),
+                (_flag(_rank_in(r, (*_BLOCKED, "skipped"))) == 1, literal("infra_failed")),
+                (_flag(r == RANK["scenario_failed"]) == 1, literal("scenario_failed")),
+                else_=literal("passed"),
+            ).label("cls"),
+        )
+        .group_by(per_phase.c.run_id, per_phase.c.family, per_phase.c.map_index)
+        .subquery("per_case")
+    )
+    for run_id, status, cls, n in session.execute(
+        select(per_case.c.run_id, per_case.c.status, per_case.c.cls, func.count()).group_by(
+            per_case.c.run_id, per_case.c.status, per_case.c.cls
+        )
+    ).all():
+        digests[run_id].cases[(status, cls)] = int(n)
+
+    # Failed and scenario-failed phase tasks, to list (bounded by the failures of these runs).
     for row in session.execute(
         select(
             t.c.run_id,
             t.c.task_id,
+            t.c.phase,
             t.c.map_index,
             t.c.case_id,
             t.c.state,
@@ -259,7 +313,12 @@ def compute_digests(
     ).all():
         digests[row.run_id].failures.append(dict(row._mapping))
 
-    # GPU-seconds of earlier tries (task instance history), per pool.
+    # GPU-seconds per pool: the current tries, then earlier tries (task instance history).
+    for run_id, pool, gpu_s in session.execute(
+        select(t.c.run_id, t.c.pool, func.sum(gpu)).group_by(t.c.run_id, t.c.pool)
+    ).all():
+        if gpu_s:
+            digests[run_id].gpu_seconds[pool] = float(gpu_s)
     for run_id, pool, gpu_s in session.execute(
         select(TIH.run_id, TIH.pool, func.sum(TIH.duration * TIH.pool_slots))
         .where(

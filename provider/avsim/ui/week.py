@@ -140,12 +140,11 @@ def _phase_order(head_graphs: Mapping[str, Any] | None, names: Iterable[str]) ->
 def _phases(digests: Iterable[Digest], head_graphs: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     per: dict[str, dict[str, Any]] = {}
     for d in digests:
-        for (task_id, cls), (n, seconds, _gpu) in d.phases.items():
-            phase = task_id.split(".", 1)[-1]
+        for (phase, cls), (n, seconds) in d.phases.items():
             p = per.setdefault(phase, {"total": 0, "by_class": Counter(), "seconds": 0.0, "timed": 0})
             p["total"] += n
             p["by_class"][cls] += n
-            if cls not in ("running", "waiting", "upstream_failed", "not_run"):
+            if cls not in ("running", "waiting", "upstream_failed", "not_run", "skipped"):
                 p["seconds"] += seconds
                 p["timed"] += n
     out = []
@@ -264,15 +263,11 @@ def _failed(
     rows.sort(key=lambda f: f["end_date"] or never, reverse=True)
     rows.sort(key=lambda f: rank.get(f["cls"], len(rank)))
     page = rows[offset : offset + limit]
-    need = [
-        (str(f["case_id"]), f["task_id"].split(".", 1)[-1])
-        for f in page
-        if not f["reason"] or f["cls"] == "failed"
-    ]
+    need = [(str(f["case_id"]), str(f["phase"])) for f in page if not f["reason"] or f["cls"] == "failed"]
     records = _ledger_outcomes(ref.layout, need)
     items = []
     for f in page:
-        family, _, phase = str(f["task_id"]).partition(".")
+        family, phase = str(f["task_id"]).partition(".")[0], str(f["phase"])
         case_id = str(f["case_id"]) if f["case_id"] is not None else f"map index {f['map_index']}"
         rec = records.get((case_id, phase))
         cls = f["cls"]
@@ -283,6 +278,7 @@ def _failed(
                 "case_id": case_id,
                 "graph": family,
                 "phase": phase,
+                "task_id": f["task_id"],
                 "class": cls,
                 "state": f["state"],
                 "try_number": f["try_number"],
