@@ -74,22 +74,20 @@ def test_shard_dag_has_one_mapped_group_per_family(dagbag) -> None:
             assert t.pool == ph.pool and t.pool_slots == ph.pool_slots
             assert t.priority_weight == ph.path_weight
             assert type(t.weight_rule).__name__ == "WeeklyCriticalPathPriority"
-            waits_on = {
-                f"{fam.group_id}.{u}{'_on_demand' if fam.phase(u).on_demand_fallback else ''}" for u in ph.upstream
-            }
-            assert waits_on <= t.upstream_task_ids
+            assert {f"{fam.group_id}.{u}" for u in ph.upstream} <= t.upstream_task_ids
             if ph.resource_class == "gpu":
                 # Spot task with its budgets, and an on-demand twin that runs only when the spot task
                 # hands over (it ends skipped after too many preemptions).
                 assert ph.on_demand_fallback
                 twin = dag.task_dict[f"{fam.group_id}.{ph.name}_on_demand"]
-                assert twin.pool == ph.on_demand_pool and twin.trigger_rule == "none_failed"
-                assert t.task_id in twin.upstream_task_ids
+                assert twin.pool == ph.on_demand_pool and twin.trigger_rule == "all_skipped"
+                # Its only upstream is the spot task: all_skipped means "the spot task handed over".
+                assert twin.upstream_task_ids == {t.task_id}
                 assert t.retries == ph.retries + ph.on_demand_after_preemptions
                 assert twin.retries == ph.retries + ph.preemption_retries - ph.on_demand_after_preemptions
-                # Downstream phases wait on the twin (skipped when the spot task produced the result).
-                assert t.downstream_task_ids == {twin.task_id}
+                # The phases after it wait on both tasks (one of them ends skipped).
                 for down in twin.downstream_task_ids - {"summarize"}:
+                    assert {t.task_id, twin.task_id} <= dag.task_dict[down].upstream_task_ids
                     assert dag.task_dict[down].trigger_rule == "none_failed"
             else:
                 assert t.retries == ph.retries + ph.preemption_retries

@@ -74,40 +74,47 @@ def _family_group(
 ) -> Any:
     @task_group(group_id=family.group_id, tooltip=f"graph {family.name}: one map index per case")
     def group(case: Any) -> None:
-        # phase name -> (the task downstream phases wait on, the task ids whose XCom holds its result)
-        done_by: dict[str, tuple[AvsimPhaseOperator, list[str]]] = {}
+        # phase name -> the tasks that may produce its result: one, or a GPU phase's spot task and twin
+        made_by: dict[str, list[AvsimPhaseOperator]] = {}
         for phase in family.phases:
-            ups = {up: done_by[up][1] for up in phase.upstream}
-            # After a GPU phase's pair, wait on its twin, which ends skipped when the spot task produced
-            # the result: none_failed (per map index) takes skipped as done and failed as not.
-            # (A rule that needs "one success", such as none_failed_min_one_success, would judge the
-            # group's not-yet-expanded task instance on every case at once: one case's failure would
-            # fail the phase for the whole shard.)
-            after_twin = any(len(done_by[up][1]) > 1 for up in phase.upstream)
+            ups = {up: [t.task_id for t in made_by[up]] for up in phase.upstream}
             common: dict[str, Any] = {
                 "phase": phase.name,
-                "case": case,
-                "run": run,
-                "upstream_phases": {up: [f"{family.group_id}.{t}" for t in ids] for up, ids in ups.items()},
+                "upstream_phases": ups,
                 "reuse_outputs": reuse_outputs,
                 "map_index_template": "{{ task.case.case_id }}",
-                "trigger_rule": "none_failed" if after_twin else "all_success",
             }
+            # After a GPU phase, wait on both its tasks with none_failed: one of them ends skipped, a
+            # failure of either is not done. (A rule that needs "one success", such as
+            # none_failed_min_one_success, would be judged on the group's not-yet-expanded task
+            # instance for every case at once: one case's failure would fail the phase for the shard.)
+            after_pair = any(len(made_by[up]) > 1 for up in phase.upstream)
             role = ROLE_SPOT if phase.on_demand_fallback else ROLE_REGULAR
-            main = operator(task_id=phase.name, **common, **phase_task_kwargs(phase, role, run_class))
+            main = operator(
+                task_id=phase.name,
+                case=case,
+                run=run,
+                trigger_rule="none_failed" if after_pair else "all_success",
+                **common,
+                **phase_task_kwargs(phase, role, run_class),
+            )
             for up in phase.upstream:
-                done_by[up][0] >> main
-            done_by[phase.name] = (main, [phase.name])
+                made_by[up] >> main
+            made_by[phase.name] = [main]
             if phase.on_demand_fallback:
-                # Runs after the spot task: does the next attempt when the spot task handed over (skipped),
-                # and skips itself when the spot task produced the result.
+                # The twin's only upstream is its spot task (it takes the case and the run from the spot
+                # task's hand-over XCom, not from the group's inputs), so all_skipped means exactly
+                # "the spot task handed over": otherwise it ends skipped without running.
                 twin = operator(
                     task_id=phase.on_demand_task,
-                    **{**common, "trigger_rule": "none_failed"},
+                    case=None,
+                    run=None,
+                    trigger_rule="all_skipped",
+                    **common,
                     **phase_task_kwargs(phase, ROLE_ON_DEMAND, run_class),
                 )
                 main >> twin
-                done_by[phase.name] = (twin, [phase.name, phase.on_demand_task])
+                made_by[phase.name].append(twin)
 
     return group
 

@@ -112,7 +112,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
 
     # -- execute: the lifecycle around the stock operator ---------------------------------------
     def execute(self, context: Any) -> Any:
-        self.hand_over_check(context)
+        self.take_over(context)
         begun = self.begin_attempt(context)
         if isinstance(begun, dict):
             return begun

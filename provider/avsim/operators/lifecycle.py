@@ -33,7 +33,10 @@ from avsim.phases.attempt import PhaseAttempt, PhaseRuntime, phase_spec_for
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, AttemptResult, Outcome
 from avsim.plan.model import ON_DEMAND_SUFFIX
 
-__all__ = ["NODE_CPU", "NODE_ON_DEMAND", "NODE_SPOT", "AttemptResult", "PhaseLifecycle"]
+__all__ = ["HANDOVER_XCOM", "NODE_CPU", "NODE_ON_DEMAND", "NODE_SPOT", "AttemptResult", "PhaseLifecycle"]
+
+#: The XCom a spot task leaves its on-demand twin when it hands a GPU phase over.
+HANDOVER_XCOM = "avsim_handover"
 
 
 def _now() -> dt.datetime:
@@ -332,6 +335,7 @@ class PhaseLifecycle:
         ):
             from avsim.operators.exceptions import PhaseFallbackToOnDemand
 
+            context["ti"].xcom_push(key=HANDOVER_XCOM, value={"case": dict(self.case), "run": dict(self.run)})
             raise PhaseFallbackToOnDemand(
                 f"{where} was preempted {counts[cls]} times on spot nodes: the next attempt runs on on-demand "
                 f"nodes ({self.task_id}_on_demand)"
@@ -480,24 +484,22 @@ class PhaseLifecycle:
         )
         return self._xcom(self.ledger.outcome(claimed.case_id, self.phase) or rec)
 
-    def hand_over_check(self, context: Any) -> None:
-        """An on-demand twin whose spot task produced the phase's result has nothing to do: skip.
-
-        (The spot task cannot skip its twin per case: in Airflow 3.3.2 the scheduler reads the skip
-        XCom of a task in a mapped task group at map index -1, so the twin looks for itself.)
-        """
+    def take_over(self, context: Any) -> None:
+        """An on-demand twin takes the case and the run its spot task handed over (the twin has no other
+        upstream, so its trigger rule can say "run only when the spot task handed over")."""
         if self.role != ROLE_ON_DEMAND:
             return
         ti = context["ti"]
         spot = self.task_id[: -len(ON_DEMAND_SUFFIX)]
-        value = ti.xcom_pull(task_ids=spot, map_indexes=ti.map_index)
-        if isinstance(value, dict) and value.get("output_uri"):
-            from airflow.sdk.exceptions import AirflowSkipException
+        handed = ti.xcom_pull(task_ids=spot, key=HANDOVER_XCOM, map_indexes=ti.map_index)
+        if not isinstance(handed, dict) or "case" not in handed or "run" not in handed:
+            from avsim.errors import AvsimError
 
-            raise AirflowSkipException(
-                f"{self._where()}: the spot task produced the result (attempt {value.get('attempt')}); "
-                "nothing runs on on-demand nodes"
+            raise AvsimError(
+                f"{self.task_id}: no hand-over from {spot} for map index {ti.map_index}; the twin runs only "
+                f"after its spot task handed over: clear {spot} (with Downstream) instead"
             )
+        self.case, self.run = handed["case"], handed["run"]
 
     # -- helpers ------------------------------------------------------------------------------------
     def _xcom(self, rec: OutcomeRecord) -> dict[str, Any]:

@@ -85,7 +85,7 @@ class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
         self.reuse_outputs = reuse_outputs
 
     def execute(self, context: Any) -> dict[str, Any]:
-        self.hand_over_check(context)
+        self.take_over(context)
         begun = self.begin_attempt(context)
         if isinstance(begun, dict):
             return begun
