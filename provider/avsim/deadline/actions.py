@@ -137,8 +137,8 @@ class AirflowApiClient:
             )
         return resp.json()
 
-    def pool_slots(self, name: str) -> int | None:
-        """A pool's slots, None when there is no such pool."""
+    def pool(self, name: str) -> dict[str, Any] | None:
+        """A pool as the API returns it (name, slots, description, include_deferred, ...); None if absent."""
         resp = self._client.get(f"/api/v2/pools/{quote(name, safe='')}")
         if resp.status_code == 404:
             return None
@@ -146,14 +146,26 @@ class AirflowApiClient:
             raise ScalingError(
                 f"GET pool {name!r} at {self.base_url} answered HTTP {resp.status_code}: {resp.text[:300]}"
             )
-        return int(resp.json()["slots"])
+        return dict(resp.json())
+
+    def pool_slots(self, name: str) -> int | None:
+        """A pool's slots, None when there is no such pool."""
+        pool = self.pool(name)
+        return None if pool is None else int(pool["slots"])
 
     def set_pool_slots(self, name: str, slots: int) -> int:
+        """Change only a pool's slots (the API validates a whole pool body; the mask applies slots alone)."""
+        current = self.pool(name)
+        if current is None:
+            raise ScalingError(f"there is no pool {name!r}; create it with 'avsim pools sync'")
+        body = {
+            "pool": name,
+            "slots": slots,
+            "description": current.get("description"),
+            "include_deferred": bool(current.get("include_deferred")),
+        }
         doc = self._call(
-            "PATCH",
-            f"/api/v2/pools/{quote(name, safe='')}",
-            params={"update_mask": "slots"},
-            json={"slots": slots},
+            "PATCH", f"/api/v2/pools/{quote(name, safe='')}", params={"update_mask": "slots"}, json=body
         )
         return int(doc["slots"])
 
