@@ -23,6 +23,7 @@ from typing import Any
 from airflow.sdk.definitions.callback import AsyncCallback
 from airflow.sdk.definitions.deadline import DeadlineAlert
 
+from avsim.artifacts import RunLayout
 from avsim.deadline.reference import AvsimRunDeadline
 
 log = logging.getLogger(__name__)
@@ -98,16 +99,19 @@ def record_miss(context: dict[str, Any], artifact_root: str, now: dt.datetime) -
     return doc
 
 
-async def on_deadline_missed(
-    context: dict[str, Any] | None = None, artifact_root: str | None = None
-) -> dict[str, Any]:
+async def on_deadline_missed(context: dict[str, Any] | None = None, artifact_root: str | None = None) -> str:
     """The Deadline Alert's callback (runs in the triggerer): log, metrics, ``deadline/missed.json``.
 
-    ``artifact_root`` defaults to ``[avsim] artifact_root`` as the triggerer reads it.
+    ``artifact_root`` defaults to ``[avsim] artifact_root`` as the triggerer reads it. Returns one
+    line of text: Airflow stores the return value in the ``callback.output`` text column, and a
+    value the database cannot store there (a dict) stops the triggerer.
     """
     if artifact_root is None:
         from avsim.settings import load_settings
 
         artifact_root = load_settings().resolved_artifact_root
     doc = await asyncio.to_thread(record_miss, context or {}, artifact_root, dt.datetime.now(dt.UTC))
-    return {k: doc[k] for k in ("run_key", "deadline", "missed_at", "seconds_late")}
+    return (
+        f"{doc['run_key']} missed its deadline {doc['deadline']} by {doc['seconds_late']:.0f} s; "
+        f"recorded {missed_uri(RunLayout(artifact_root, doc['run_key']).deadline_dir)}"
+    )
