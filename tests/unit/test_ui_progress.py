@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -124,20 +123,21 @@ def test_failed_cases_are_listed_worst_first_with_links(world: Any) -> None:
 
 
 def test_unrecorded_failure_classes_come_from_the_ledger(tmp_path: Path) -> None:
+    """Until the phase operator pushes ``avsim_outcome``, a failed task's class is read from the ledger."""
     engine = metadata_engine(tmp_path / "airflow.db")
     root = f"file://{tmp_path}/artifacts"
-    spec = WeekSpec(run_id="r", cases=300, shard_size=100, active_shards=0, record_failures=False)
+    spec = WeekSpec(run_id="r", cases=300, shard_size=100, active_shards=1, record_failures=False)
     with engine.begin() as conn:
         truth = build_week(conn, spec, root)
-    doc = progress(engine, root, spec, limit=500)
-    hard = Counter(
-        c for c in truth.done_by_class.elements() if c in ("bad_input", "infra_failed", "preempted")
-    )
-    assert doc["cases"]["by_class"]["failed"] == sum(hard.values()), (
-        "the database alone cannot tell the class"
-    )
-    listed = Counter(f["class"] for f in doc["failed"]["items"] if f["state"] == "failed")
-    assert listed == hard, "each listed failure's class is read from its ledger outcome record"
+    cache = DigestCache()
+    for _ in range(2):  # the second time from the cache: resolved once, not twice
+        doc = progress(engine, root, spec, limit=500, cache=cache)
+        assert doc["cases"]["by_class"] == dict(truth.done_by_class)
+        phases = {p["phase"]: p["by_class"] for p in doc["phases"]}
+        for name, counts in truth.phase_classes.items():
+            assert phases[name] == {k: v for k, v in counts.items() if k not in ("running", "waiting")}, name
+    listed = sorted((f["case_id"], f["phase"], f["class"]) for f in doc["failed"]["items"])
+    assert listed == sorted(truth.failures)
     assert all(f["reason"].endswith("(ledger)") for f in doc["failed"]["items"] if f["state"] == "failed")
 
 

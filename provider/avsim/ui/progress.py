@@ -94,6 +94,8 @@ class Digest:
     gpu_seconds: dict[str, float] = field(default_factory=dict)
     #: failed or scenario-failed phases: dicts (run_id, task_id, map_index, case_id, ...)
     failures: list[dict[str, Any]] = field(default_factory=list)
+    #: whether failures without a recorded class were looked up in the ledger
+    resolved: bool = False
 
 
 class DigestCache:
