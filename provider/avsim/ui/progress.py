@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, case, func, literal, or_, select
+from sqlalchemy import Float, Integer, String, case, cast, func, literal, null, or_, select, union_all
 from sqlalchemy.orm import Session
 
 #: Task-instance states after which a phase will not run again unless cleared.
@@ -145,34 +145,41 @@ def shard_runs(session: Session, shard_dag_id: str, run_id: str) -> list[ShardRu
     return sorted(out, key=lambda r: (r.kind != "canary", r.index or 0))
 
 
+def _xcom_of(shard_dag_id: str, row: Any, keys: Sequence[str], field: str) -> Any:
+    """``value[field]`` of the first of ``keys`` (in key order) a phase task instance has as XCom.
+
+    A correlated subquery: one probe of the XCom index per task instance, whatever the size of
+    the XCom table and whatever the planner estimates (a join invited whole-table scans).
+    """
+    from airflow.models.xcom import XComModel as X
+
+    return (
+        select(X.value[field].as_string())
+        .where(
+            X.dag_id == shard_dag_id,
+            X.task_id == row.task_id,
+            X.run_id == row.run_id,
+            X.map_index == row.map_index,
+            X.key.in_(list(keys)),
+        )
+        .order_by(X.key)
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
 def _phase_tis(shard_dag_id: str, run_ids: Sequence[str], task_ids: Sequence[str]) -> Any:
     """One row per phase task instance of ``run_ids``: its family, phase, class (``cls``) and rank."""
-    from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.models.xcom import XComModel as X
 
     from avsim.plan.model import ON_DEMAND_SUFFIX
 
-    # The two XComs of each phase task instance of these runs, one row per task instance. The
-    # filter on dag_run_id (the XCom primary key's first column) reads only these runs' XComs.
-    runs = select(DagRun.id).where(DagRun.dag_id == shard_dag_id, DagRun.run_id.in_(list(run_ids)))
-    outcome = X.value["outcome"].as_string()
-    xcoms = (
-        select(
-            X.run_id.label("run_id"),
-            X.task_id.label("task_id"),
-            X.map_index.label("map_index"),
-            func.max(case((X.key == OUTCOME_XCOM, outcome))).label("recorded"),
-            func.max(case((X.key == "return_value", outcome))).label("returned"),
-            func.max(case((X.key == OUTCOME_XCOM, X.value["reason"].as_string()))).label("reason"),
-        )
-        .where(X.dag_run_id.in_(runs), X.key.in_((OUTCOME_XCOM, "return_value")), X.map_index >= 0)
-        .group_by(X.run_id, X.task_id, X.map_index)
-        .subquery("phase_xcom")
-    )
+    # "avsim_outcome" sorts before "return_value": the recorded outcome wins over the returned one.
+    outcome = _xcom_of(shard_dag_id, TI, (OUTCOME_XCOM, "return_value"), "outcome")
+    recorded = _xcom_of(shard_dag_id, TI, (OUTCOME_XCOM,), "outcome")
     cls = case(
-        (TI.state == "success", func.coalesce(xcoms.c.recorded, xcoms.c.returned, literal("passed"))),
-        (TI.state == "failed", func.coalesce(xcoms.c.recorded, literal("failed"))),
+        (TI.state == "success", func.coalesce(outcome, literal("passed"))),
+        (TI.state == "failed", func.coalesce(recorded, literal("failed"))),
         (TI.state == "upstream_failed", literal("upstream_failed")),
         (TI.state == "skipped", literal("skipped")),
         (TI.state == "removed", literal("not_run")),
@@ -196,20 +203,9 @@ def _phase_tis(shard_dag_id: str, run_ids: Sequence[str], task_ids: Sequence[str
             TI.pool.label("pool"),
             TI.pool_slots.label("pool_slots"),
             cls.label("cls"),
-            case(RANK, value=cls, else_=literal(0)).label("rank"),
-            xcoms.c.reason.label("reason"),
-        )
-        .select_from(TI)
-        .outerjoin(
-            xcoms,
-            and_(
-                xcoms.c.run_id == TI.run_id,
-                xcoms.c.task_id == TI.task_id,
-                xcoms.c.map_index == TI.map_index,
-            ),
         )
         .where(TI.dag_id == shard_dag_id, TI.run_id.in_(list(run_ids)), TI.map_index >= 0)
-        .subquery("phase_ti")
+        .subquery("phase_cls")
     )
 
 
@@ -224,7 +220,7 @@ def _rank_in(column: Any, classes: Iterable[str]) -> Any:
 def compute_digests(
     session: Session, shard_dag_id: str, run_ids: Sequence[str], gpu_pools: Sequence[str]
 ) -> dict[str, Digest]:
-    """The digest of each shard run in ``run_ids``: five aggregate queries for all of them together."""
+    """The digest of each shard run in ``run_ids``: a few queries for all of them together."""
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
 
@@ -242,7 +238,8 @@ def compute_digests(
     )
     if not task_ids:
         return digests
-    t = _phase_tis(shard_dag_id, run_ids, task_ids)
+    c = _phase_tis(shard_dag_id, run_ids, task_ids)
+    t = select(*c.c, case(RANK, value=c.c.cls, else_=literal(0)).label("rank")).cte("phase_ti")
     gpu = case((t.c.pool.in_(list(gpu_pools)), t.c.duration * t.c.pool_slots), else_=0.0)
 
     # One row per phase of a case: the class of its highest-ranked task, its tasks' seconds.
@@ -256,21 +253,9 @@ def compute_digests(
             func.sum(t.c.duration).label("seconds"),
         )
         .group_by(t.c.run_id, t.c.family, t.c.map_index, t.c.phase)
-        .subquery("per_phase")
+        .cte("per_phase")
     )
-    by_rank = {v: k for k, v in RANK.items()}
-    for run_id, phase, rank, n, seconds in session.execute(
-        select(
-            per_phase.c.run_id,
-            per_phase.c.phase,
-            per_phase.c.rank,
-            func.count(),
-            func.sum(per_phase.c.seconds),
-        ).group_by(per_phase.c.run_id, per_phase.c.phase, per_phase.c.rank)
-    ).all():
-        digests[run_id].phases[(phase, by_rank.get(int(rank), "waiting"))] = (int(n), float(seconds or 0))
-
-    # One row per case: its status and class, then counted.
+    # One row per case: its status and class.
     r = per_phase.c.rank
     ended = func.sum(case((_rank_in(r, _ENDED), 1), else_=0))
     per_case = (
@@ -291,36 +276,85 @@ def compute_digests(
         .group_by(per_phase.c.run_id, per_phase.c.family, per_phase.c.map_index)
         .subquery("per_case")
     )
-    for run_id, status, cls, n in session.execute(
-        select(per_case.c.run_id, per_case.c.status, per_case.c.cls, func.count()).group_by(
-            per_case.c.run_id, per_case.c.status, per_case.c.cls
-        )
-    ).all():
-        digests[run_id].cases[(status, cls)] = int(n)
+    # Phases by class, cases by status and class, GPU-seconds by pool, and the failed (or
+    # scenario-failed) phase tasks to list: one statement, so these runs' task instances are read once.
+    # PostgreSQL needs the types of the NULL columns of the aggregate rows spelled out.
+    none: dict[str, Any] = {
+        "task_id": cast(null(), String),
+        "map_index": cast(null(), Integer),
+        "case_id": cast(null(), String),
+        "state": cast(null(), String),
+        "try_number": cast(null(), Integer),
+        "end_date": cast(null(), t.c.end_date.type),
+        "reason": cast(null(), String),
+    }
 
-    # Failed and scenario-failed phase tasks, to list (bounded by the failures of these runs).
-    for row in session.execute(
+    def aggregate(kind: str, run_id: Any, a: Any, b: Any, n: Any, x: Any) -> list[Any]:
+        cols = [literal(kind).label("kind"), run_id.label("run_id"), a.label("a"), b.label("b")]
+        return [*cols, n.label("n"), cast(x, Float).label("x"), *(v.label(k) for k, v in none.items())]
+
+    statement = union_all(
         select(
+            *aggregate(
+                "phase",
+                per_phase.c.run_id,
+                per_phase.c.phase,
+                cast(per_phase.c.rank, String),
+                func.count(),
+                func.sum(per_phase.c.seconds),
+            )
+        ).group_by(per_phase.c.run_id, per_phase.c.phase, per_phase.c.rank),
+        select(
+            *aggregate(
+                "case", per_case.c.run_id, per_case.c.status, per_case.c.cls, func.count(), literal(0.0)
+            )
+        ).group_by(per_case.c.run_id, per_case.c.status, per_case.c.cls),
+        select(*aggregate("gpu", t.c.run_id, t.c.pool, literal(""), func.count(), func.sum(gpu))).group_by(
+            t.c.run_id, t.c.pool
+        ),
+        select(
+            literal("failure"),
             t.c.run_id,
-            t.c.task_id,
             t.c.phase,
+            t.c.cls,
+            cast(literal(1), Integer),
+            cast(literal(0.0), Float),
+            t.c.task_id,
             t.c.map_index,
             t.c.case_id,
             t.c.state,
             t.c.try_number,
             t.c.end_date,
-            t.c.cls,
-            t.c.reason,
-        ).where(or_(t.c.state == "failed", t.c.cls == "scenario_failed"))
-    ).all():
-        digests[row.run_id].failures.append(dict(row._mapping))
+            _xcom_of(shard_dag_id, t.c, (OUTCOME_XCOM,), "reason"),
+        ).where(or_(t.c.state == "failed", t.c.cls == "scenario_failed")),
+    )
+    by_rank = {v: k for k, v in RANK.items()}
+    for row in session.execute(statement).all():
+        d = digests[row.run_id]
+        if row.kind == "phase":
+            d.phases[(row.a, by_rank.get(int(row.b), "waiting"))] = (int(row.n), float(row.x or 0))
+        elif row.kind == "case":
+            d.cases[(row.a, row.b)] = int(row.n)
+        elif row.kind == "gpu":
+            if row.x:
+                d.gpu_seconds[row.a] = float(row.x)
+        else:
+            d.failures.append(
+                {
+                    "run_id": row.run_id,
+                    "task_id": row.task_id,
+                    "phase": row.a,
+                    "map_index": row.map_index,
+                    "case_id": row.case_id,
+                    "state": row.state,
+                    "try_number": row.try_number,
+                    "end_date": row.end_date,
+                    "cls": row.b,
+                    "reason": row.reason,
+                }
+            )
 
-    # GPU-seconds per pool: the current tries, then earlier tries (task instance history).
-    for run_id, pool, gpu_s in session.execute(
-        select(t.c.run_id, t.c.pool, func.sum(gpu)).group_by(t.c.run_id, t.c.pool)
-    ).all():
-        if gpu_s:
-            digests[run_id].gpu_seconds[pool] = float(gpu_s)
+    # GPU-seconds of earlier tries (task instance history), added per pool.
     for run_id, pool, gpu_s in session.execute(
         select(TIH.run_id, TIH.pool, func.sum(TIH.duration * TIH.pool_slots))
         .where(
