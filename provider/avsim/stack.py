@@ -124,7 +124,7 @@ class LocalStack:
         path = self.home / "pools.json"
         path.write_text(
             json.dumps(
-                {n: {"slots": s, "description": d, "include_deferred": False} for n, (s, d) in pools.items()}
+                {n: {"slots": s, "description": d, "include_deferred": True} for n, (s, d) in pools.items()}
             )
         )
         self.airflow("pools", "import", str(path))

@@ -109,13 +109,21 @@ def test_each_failure_class_is_handled_by_its_own_rules(stack: LocalStack) -> No
     b = cases[2]
     assert attempts(b, "evaluate") == [("infra_failed", "cpu", "crash")] * 3
     assert ledger.outcome(b["id"], "evaluate").outcome is Outcome.INFRA_FAILED  # type: ignore[union-attr]
+    # A task that never ran has no rendered map index: find the case's map index from one that ran.
+    [(b_run, b_index)] = query(
+        stack,
+        "SELECT run_id, map_index FROM task_instance WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :r "
+        "AND task_id = 'standard.prepare' AND rendered_map_index = :c",
+        r=f"{run_id}__%",
+        c=b["id"],
+    )
     states = dict(
         query(
             stack,
-            "SELECT task_id, state FROM task_instance WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :r "
-            "AND rendered_map_index = :c",
-            r=f"{run_id}__%",
-            c=b["id"],
+            "SELECT task_id, state FROM task_instance WHERE dag_id = 'avsim_weekly_shard' AND run_id = :r "
+            "AND map_index = :m",
+            r=b_run,
+            m=b_index,
         )
     )
     assert states["standard.evaluate"] == "failed" and states["standard.report"] == "upstream_failed"

@@ -148,7 +148,8 @@ def _read(name: str, max_bytes: int) -> bytes:
         raise _error(_too_big(name, max_bytes, size), name)
     try:
         with path.open("rb") as fh:
-            data: bytes = fh.read(max_bytes + 1)
+            # A size of 0 may be a pipe, whose size stat does not know: read up to the limit then.
+            data: bytes = fh.read((min(size, max_bytes) if size else max_bytes) + 1)
     except FileNotFoundError:
         raise _error(f"file not found: {name}; check the path or URI", name) from None
     if len(data) > max_bytes:  # grew since stat, or the store reports no size
@@ -241,6 +242,10 @@ def _parse_yaml(text: str, source: str) -> Any:
             raise _error(_yaml_syntax(exc), source) from None
         except yaml.YAMLError as exc:
             raise _error(f"YAML error: {exc}", source) from None
+        except ValueError as exc:  # an impossible date, an integer too long to convert
+            raise _error(
+                f"YAML error: {exc}: a date or number that cannot be read; quote it to keep it as text", source
+            ) from None
     finally:
         loader.dispose()
 

@@ -43,6 +43,7 @@ from avsim.phases import contract
 from avsim.phases.attempt import PhaseAttempt
 from avsim.phases.contract import AttemptResult, Outcome
 from avsim.settings import KubernetesSettings
+from avsim.ui.links import PHASE_LINKS
 
 #: Log lines of a failed pod kept in the attempt's reason.
 LOG_TAIL_LINES = 20
@@ -59,6 +60,8 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
 
     template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "case", "run", "inputs")
     ui_color = "#d8e4f3"
+    #: From a phase task instance to its case page and its artifacts (avsim.ui.links).
+    operator_extra_links = PHASE_LINKS
 
     def __init__(
         self,

@@ -33,6 +33,7 @@ from avsim.operators.retry import ROLE_REGULAR
 from avsim.phases import contract
 from avsim.phases.attempt import PhaseAttempt
 from avsim.phases.contract import Outcome, classify_exit_code
+from avsim.ui.links import PHASE_LINKS
 
 #: The lines of a phase's output kept for the ledger's ``reason`` when it fails.
 REASON_TAIL_LINES = 5
@@ -59,6 +60,8 @@ class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
 
     template_fields: Sequence[str] = ("case", "run", "inputs")
     ui_color = "#d8ecf3"
+    #: From a phase task instance to its case page and its artifacts (avsim.ui.links).
+    operator_extra_links = PHASE_LINKS
 
     def __init__(
         self,
