@@ -92,6 +92,8 @@ class LocalStack:
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "60",
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
+            # Every ready task instance considered per loop: one pool's backlog never starves another's.
+            "AIRFLOW__SCHEDULER__MAX_TIS_PER_QUERY": "0",
             # Only triggered runs: a stack started now must not also start this week's scheduled run.
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),

@@ -93,7 +93,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         kwargs.setdefault("log_events_on_startup", False)
         kwargs.setdefault("termination_grace_period", 30)
         # Never re-adopt a pod: a new try is a new attempt with its own pod (see get_or_create_pod).
-        kwargs["reattach_on_restart"] = False
+        kwargs["durable"] = False
         kwargs["random_name_suffix"] = False
         super().__init__(**kwargs)
         self.phase = phase
@@ -143,7 +143,10 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
     def build_pod_request_obj(self, context: Any = None, *, dry_run: bool = False) -> k8s.V1Pod:
         if self._attempt is not None:
             self._configure_pod(self._attempt)
-        return super().build_pod_request_obj(context, dry_run=dry_run)
+        pod = super().build_pod_request_obj(context, dry_run=dry_run)
+        # No environment variables for every Service in the namespace: the phase needs none of them.
+        pod.spec.enable_service_links = False
+        return pod
 
     def _configure_pod(self, a: PhaseAttempt) -> None:
         """Set the stock operator's pod fields from the attempt; it builds the V1Pod from them."""
@@ -182,6 +185,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
             run_as_group=uid,
             fs_group=uid,
             seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+            app_armor_profile=k8s.V1AppArmorProfile(type="RuntimeDefault"),
         )
         self.container_security_context = k8s.V1SecurityContext(
             run_as_non_root=True,
