@@ -94,6 +94,9 @@ class LocalStack:
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
             # Every ready task instance considered per loop: one pool's backlog never starves another's.
             "AIRFLOW__SCHEDULER__MAX_TIS_PER_QUERY": "0",
+            # A worker parses the DAG file of each task; with the Kubernetes backend that imports the
+            # kubernetes clients (several CPU-seconds), more than Airflow's 30 s on a loaded laptop.
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "180",
             # Only triggered runs: a stack started now must not also start this week's scheduled run.
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
