@@ -79,6 +79,7 @@ def trigger_for(name: str, **kw: Any) -> PhasePodTrigger:
         node_class="gpu-spot",
         kubernetes_conn_id="kube_fake",
         check_interval=0.2,
+        min_wait_seconds=0.0,
         started_at=dt.datetime.now(dt.UTC).isoformat(),
     )
     args.update(kw)

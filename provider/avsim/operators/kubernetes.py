@@ -118,7 +118,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         self.take_over(context)
         begun = self.begin_attempt(context)
         if isinstance(begun, dict):
-            return begun
+            return self._result(context, begun)
         self._attempt, self._started = begun, dt.datetime.now(dt.UTC)
         self._run_id = str(context.get("run_id", ""))
         self.name = pods.pod_name(begun.layout.run_key, begun.case_id, begun.phase, begun.attempt)
@@ -137,7 +137,18 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
             if watchdog is not None:
                 watchdog.set()
         assert self._sync_result is not None
-        return self._sync_result
+        return self._result(context, self._sync_result)
+
+    def _result(self, context: Any, result: dict[str, Any]) -> dict[str, Any]:
+        """Hand the phase's result to its downstream phases.
+
+        The stock operator's ``do_xcom_push`` means its XCom sidecar (and ``pods/exec``), so it stays
+        off, and with it Airflow's push of the return value: the result is pushed here instead.
+        """
+        from airflow.sdk.bases.xcom import BaseXCom
+
+        context["ti"].xcom_push(key=BaseXCom.XCOM_RETURN_KEY, value=result)
+        return result
 
     # -- the pod ----------------------------------------------------------------------------------
     def build_pod_request_obj(self, context: Any = None, *, dry_run: bool = False) -> k8s.V1Pod:
@@ -322,7 +333,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                 "watch_error",
                 name,
             )
-        return self._conclude(context, attempt, result, namespace, name, started)
+        return self._result(context, self._conclude(context, attempt, result, namespace, name, started))
 
     def _read_result(self, namespace: str, name: str) -> AttemptResult | None:
         try:

@@ -17,6 +17,7 @@ Its arguments are JSON-friendly and its classpath comes from ``__module__``/``__
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import json
@@ -71,6 +72,7 @@ class PhasePodTrigger(BaseTrigger):
         in_cluster: bool | None = None,
         check_interval: float = 5.0,
         started_at: str = "",
+        min_wait_seconds: float = 15.0,
     ) -> None:
         super().__init__()
         self.pod_name = pod_name
@@ -85,6 +87,7 @@ class PhasePodTrigger(BaseTrigger):
         self.in_cluster = in_cluster
         self.check_interval = float(check_interval)
         self.started_at = started_at
+        self.min_wait_seconds = float(min_wait_seconds)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -102,6 +105,7 @@ class PhasePodTrigger(BaseTrigger):
                 "in_cluster": self.in_cluster,
                 "check_interval": self.check_interval,
                 "started_at": self.started_at,
+                "min_wait_seconds": self.min_wait_seconds,
             },
         )
 
@@ -133,10 +137,17 @@ class PhasePodTrigger(BaseTrigger):
 
     # -- run ----------------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        began = time.monotonic()
         try:
             event = await self._wait()
         except Exception as exc:  # an event, never an exception: the operator decides what it means
             event = self._event("error", message=f"{type(exc).__name__}: {exc}")
+        # Never fire within min_wait_seconds of deferring: Airflow 3.3.2 fails a task instance that
+        # resumes and starts running before the scheduler has processed the exit of the try that
+        # deferred ("finished with state success, but the task instance's state attribute is
+        # running"), which a pod done in a second or two on a busy scheduler triggers. Phases last
+        # minutes, so this costs nothing in production.
+        await asyncio.sleep(max(0.0, self.min_wait_seconds - (time.monotonic() - began)))
         yield TriggerEvent(event)
 
     async def _wait(self) -> dict[str, Any]:
