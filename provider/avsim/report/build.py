@@ -6,6 +6,11 @@ it includes one row per case (``cases``). :func:`write_report` completes it with
 artifact store (each case's scenario, the comparison with the previous week) and writes, under the
 run's ``report/`` prefix: ``cases.csv`` (the rows), the plots (``progress.svg``, ``durations.svg``,
 ``failures.svg``), ``report.html`` and, last, ``report.json`` (everything but the rows).
+
+A rerun (``avsim rerun-failed``: the head's ``run.rerun_of`` names the run it reruns) gets a
+``rerun`` section: which run, whether its build is that run's pinned build or a new one, and how
+its cases ended against their outcome there (:mod:`avsim.report.rerun`); other runs have
+``rerun: null``.
 """
 
 from __future__ import annotations
@@ -30,6 +35,14 @@ _FAILURE_ORDER = {"bad_build": 0, "bad_input": 1, "infra_failed": 2, "preempted"
 #: Most points of the progress timeline kept in report.json.
 TIMELINE_POINTS = 200
 REPORT_SCHEMA = "avsim/report/v2"
+
+
+def rerun_of(head: Mapping[str, Any]) -> str | None:
+    """The run key the head's run reruns (``run.rerun_of``, set by ``avsim rerun-failed``), or None."""
+    run = head.get("run") if isinstance(head.get("run"), Mapping) else {}
+    assert isinstance(run, Mapping)
+    key = run.get("rerun_of")
+    return str(key) if key else None
 
 
 def _run_info(head: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -162,6 +175,7 @@ def build_report(
         "manifest_sha256": manifest_sha256,
         "run": run,
         "build": build,
+        "rerun": {"of": key} if (key := rerun_of(head)) else None,
         "totals": {
             "cases": cases,
             **totals,
@@ -211,6 +225,7 @@ def write_report(layout: RunLayout, report: dict[str, Any]) -> dict[str, str]:
     from avsim.report.compare import previous_week
     from avsim.report.html import render_html
     from avsim.report.plots import PLOTS, render_plots
+    from avsim.report.rerun import rerun_section
     from avsim.storage import path
 
     folder = layout.report_dir
@@ -222,6 +237,11 @@ def write_report(layout: RunLayout, report: dict[str, Any]) -> dict[str, str]:
     run: dict[str, Any] = report.get("run") or {}
     doc = {k: v for k, v in report.items() if k != "cases"}
     doc["comparison"] = previous_week(layout.root, str(run.get("iso_week") or ""), rows, _read_text)
+    rerun = report.get("rerun") or {}
+    if rerun.get("of"):
+        doc["rerun"] = rerun_section(
+            layout.root, str(rerun["of"]), report.get("build") or {}, rows, _read_text
+        )
     plots = render_plots(rows, run.get("case_count"), run.get("deadline"))
     doc["files"] = {"csv": "cases.csv", "plots": {k: v for k, v in PLOTS.items() if v in plots}}
     first = path(f"{folder}/cases.csv")

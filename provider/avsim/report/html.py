@@ -214,6 +214,60 @@ def _comparison(report: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def _rerun(report: Mapping[str, Any]) -> str:
+    """What a rerun reruns, on which build, and how its cases ended against the original run."""
+    rerun: Mapping[str, Any] = report.get("rerun") or {}
+    if not rerun.get("of"):
+        return ""
+    original: Mapping[str, Any] = rerun.get("original") or {}
+    this_build: Mapping[str, Any] = rerun.get("this_build") or report.get("build") or {}
+    key = str(rerun["of"])
+    label = escape(str(original.get("run_id") or key))
+    target = (
+        f'<a href="{escape(original["report"], quote=True)}">{label}</a>' if original.get("report") else label
+    )
+    build = rerun.get("build")
+    if build == "same":
+        verdict = (
+            '<b class="passed" data-rerun-build="same">the same pinned build</b> '
+            f"<code>{escape(_fmt(this_build.get('build_id')))}</code> "
+            f"(<code>{escape(_fmt(this_build.get('image')))}</code>)"
+        )
+    elif build == "new":
+        verdict = (
+            '<b class="scenario_failed" data-rerun-build="new">a new build</b> '
+            f"<code>{escape(_fmt(this_build.get('build_id')))}</code> "
+            f"(<code>{escape(_fmt(this_build.get('image')))}</code>), not the original's "
+            f"<code>{escape(_fmt(original.get('build_id')))}</code> "
+            f"(<code>{escape(_fmt(original.get('image')))}</code>)"
+        )
+    else:
+        verdict = (
+            '<b data-rerun-build="unknown">a build not compared</b> '
+            f"<code>{escape(_fmt(this_build.get('build_id')))}</code>: "
+            f"{escape(str(rerun.get('message') or ''))}"
+        )
+    out = [
+        '<h2>Rerun</h2><p id="rerun">This run reruns the failed cases of run '
+        f"{target} (run key <code>{escape(key)}</code>) on {verdict}.</p>"
+    ]
+    outcomes: Mapping[str, Any] | None = rerun.get("outcomes")
+    if outcomes:
+        changes = ", ".join(
+            f"{escape(k)}: {escape(_fmt(v))}" for k, v in (outcomes.get("transitions") or {}).items()
+        )
+        out.append(
+            f'<p class="note">{escape(_fmt(outcomes.get("resolved", 0)))} of '
+            f"{escape(_fmt(outcomes.get('cases', 0)))} rerun cases now have a result (passed or scenario "
+            f"failed), {escape(_fmt(outcomes.get('still_failing', 0)))} still fail"
+            + (f" ({changes})" if changes else "")
+            + ".</p>"
+        )
+    else:
+        out.append('<p class="note">The original run has no cases.csv: outcomes not compared.</p>')
+    return "".join(out)
+
+
 def render_html(report: Mapping[str, Any]) -> str:
     """The page for ``report`` (as built by :func:`avsim.report.build.build_report`)."""
     run: Mapping[str, Any] = report.get("run") or {}
@@ -233,6 +287,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         ("build", build.get("build_id")),
         ("image", build.get("image")),
         ("run", report.get("run_id")),
+        ("rerun of", (report.get("rerun") or {}).get("of")),
         ("manifest sha256", report.get("manifest_sha256")),
         ("generated", report.get("generated_at")),
     ]
@@ -243,6 +298,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
         f'<header><h1>{escape(title)}</h1><div class="meta">{meta_html}</div></header><main>',
+        _rerun(report),
         "<h2>Cases</h2>",
         _cards(totals),
         f'<p class="note">{escape(_fmt(totals.get("shards", 0)))} shard summaries · '
