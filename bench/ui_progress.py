@@ -1,13 +1,15 @@
 """How the weekly-run page's API scales with the week: 100 cases against 10,000, in one run.
 
 Builds a metadata database on a private PostgreSQL (``airflow db migrate``), fills it with
-weekly runs shaped like real ones (dag_run rows of the parent and its shard runs, one mapped
-task instance per case and phase with its pool, GPUs, duration and state, the phase operator's
-XComs, the history rows of retried tries) and the artifact store with the run's documents and
-the ledger's outcome records, then starts the real API server (with the avsim plugin) on it and
-times ``GET /avsim/api/runs/<dag>/<run>/progress`` for each week size. Reported per size: median
-and p95 milliseconds per request, cold (first request) and warm, and the ratio of the largest
-week's median to the smallest one's, measured in the same run.
+weekly runs shaped like real ones (dag_run rows of the parent, its canary shard run and its
+shard runs numbered from 1, the last W of them running; one mapped task instance per case and
+phase, and an on-demand twin per GPU phase, with pool, GPUs, duration and state; the phase
+operator's XComs; the history rows of retried tries) and the artifact store with the run's
+documents and the ledger's outcome records, then starts the real API server (with the avsim
+plugin) on it and times ``GET /avsim/api/runs/<dag>/<run>/progress`` for each week size, after
+checking that its case counts are the week's. Reported per size: median and p95 milliseconds per
+request, cold (first request) and warm, and the ratio of the largest week's median to the
+smallest one's, measured in the same run.
 
     flock /tmp/avsim-heavy.lock python bench/ui_progress.py [--sizes 100,10000] [--requests 30]
 
@@ -58,6 +60,8 @@ class WeekSpec:
     active_shards: int = 4
     #: shards not created yet (their cases wait)
     pending_shards: int = 0
+    #: cases of the canary shard run (``<run id>__canary``, the first cases, created first); 0: none
+    canary_cases: int = 0
     families: tuple[str, ...] = ("with_render",)
     #: failed phases that pushed their outcome class as the ``avsim_outcome`` XCom
     record_failures: bool = True
@@ -156,6 +160,18 @@ def _tasks_of(
     ]
 
 
+def week_runs(spec: WeekSpec) -> list[tuple[str, range]]:
+    """(shard run id, indexes of its cases) in the order the weekly run creates them: the canary
+    shard run first (when the week has one), then the shard runs, numbered from 1."""
+    from avsim.dagbuild.tasks import canary_run_id, shard_run_id
+
+    canary = min(spec.cases, spec.canary_cases)
+    runs = [(canary_run_id(spec.run_id), range(canary))] if canary else []
+    for n, start in enumerate(range(canary, spec.cases, spec.shard_size), start=1):
+        runs.append((shard_run_id(spec.run_id, n), range(start, min(spec.cases, start + spec.shard_size))))
+    return runs
+
+
 def build_week(conn: Any, spec: WeekSpec, ledger_root: str | None = None) -> Truth:
     """Insert a weekly run shaped like a real one into the metadata database on ``conn``.
 
@@ -169,12 +185,13 @@ def build_week(conn: Any, spec: WeekSpec, ledger_root: str | None = None) -> Tru
     from sqlalchemy import insert, select
 
     from avsim.artifacts import RunLayout
-    from avsim.dagbuild.tasks import run_key_for, shard_run_id
+    from avsim.dagbuild.tasks import run_key_for
 
     truth = Truth()
     shard_dag = f"{spec.dag_id}_shard"
-    n_shards = -(-spec.cases // spec.shard_size)
-    created = n_shards - spec.pending_shards
+    runs = week_runs(spec)
+    n_shards = sum(1 for r, _m in runs if not r.endswith("__canary"))
+    created = len(runs) - spec.pending_shards
     first_active = max(0, created - spec.active_shards)
     truth.shards = n_shards
     layout = RunLayout(ledger_root, run_key_for(spec.dag_id, spec.run_id)) if ledger_root else None
@@ -196,7 +213,7 @@ def build_week(conn: Any, spec: WeekSpec, ledger_root: str | None = None) -> Tru
             *(
                 {
                     "dag_id": shard_dag,
-                    "run_id": shard_run_id(spec.run_id, k),
+                    "run_id": runs[k][0],
                     "state": "success" if k < first_active else "running",
                     "run_type": "manual",
                     "run_after": NOW - dt.timedelta(days=2, minutes=-k),
@@ -259,9 +276,8 @@ def build_week(conn: Any, spec: WeekSpec, ledger_root: str | None = None) -> Tru
         }
     ]
     for k in range(created):
-        run_id = shard_run_id(spec.run_id, k)
+        run_id, members = runs[k]
         map_index: Counter[str] = Counter()
-        members = range(k * spec.shard_size, min(spec.cases, (k + 1) * spec.shard_size))
         for j, i in enumerate(members):
             rnd = random.Random(spec.seed * 1_000_003 + i)
             family = spec.families[i % len(spec.families)]
@@ -278,9 +294,9 @@ def build_week(conn: Any, spec: WeekSpec, ledger_root: str | None = None) -> Tru
             index = map_index[family]
             map_index[family] += 1
             tasks = []
-            for row in _phase_rows(family, case_class, at, progress, rnd):
-                truth.phase_classes.setdefault(row[0], Counter())[row[2]] += 1
-                tasks += _tasks_of(family, *row)
+            for phase_row in _phase_rows(family, case_class, at, progress, rnd):
+                truth.phase_classes.setdefault(phase_row[0], Counter())[phase_row[2]] += 1
+                tasks += _tasks_of(family, *phase_row)
             for phase, state, cls, tries, took, task_id, pool in tasks:
                 gpus = PHASES[phase][2]
                 end = NOW - dt.timedelta(hours=rnd.uniform(1, 40)) if took is not None else None
@@ -318,12 +334,9 @@ def build_week(conn: Any, spec: WeekSpec, ledger_root: str | None = None) -> Tru
         (TaskInstanceHistory.__table__, history),
         (XComModel.__table__, xcoms),
     ):
-        for start in range(0, len(rows), 5000):
-            conn.execute(insert(table), rows[start : start + 5000])
-    truth.status["waiting"] += sum(
-        len(range(k * spec.shard_size, min(spec.cases, (k + 1) * spec.shard_size)))
-        for k in range(created, n_shards)
-    )
+        for first in range(0, len(rows), 5000):
+            conn.execute(insert(table), rows[first : first + 5000])
+    truth.status["waiting"] += sum(len(members) for _run_id, members in runs[created:])
     if layout is not None:
         _write_documents(layout, spec, n_shards, outcomes)
     return truth
@@ -437,10 +450,12 @@ def _token(api: str) -> str:
         return str(json.loads(resp.read())["access_token"])
 
 
-def _time_requests(api: str, path: str, n: int) -> tuple[float, list[float]]:
+def _time_requests(api: str, path: str, n: int) -> tuple[float, list[float], dict[str, Any]]:
+    """(cold ms, warm ms of each of ``n`` requests, the last answer)."""
     import urllib.request
 
     token = _token(api)
+    last: dict[str, Any] = {}
 
     def get() -> float:
         req = urllib.request.Request(f"{api}{path}", headers={"Authorization": f"Bearer {token}"})
@@ -448,19 +463,28 @@ def _time_requests(api: str, path: str, n: int) -> tuple[float, list[float]]:
         with urllib.request.urlopen(req, timeout=120) as resp:
             body = resp.read()
         took = (time.perf_counter() - t0) * 1000
-        json.loads(body)
+        last.update(json.loads(body))
         return took
 
     cold = get()
-    return cold, [get() for _ in range(n)]
+    return cold, [get() for _ in range(n)], last
+
+
+def _check(doc: dict[str, Any], truth: Truth, size: int) -> None:
+    """The timed answer is the right one: the page's case counts equal the built week's."""
+    cases = doc["cases"]
+    got = (cases["done"], cases["running"], cases["waiting"], cases["by_class"])
+    want = (truth.status["done"], truth.status["running"], truth.status["waiting"], dict(truth.done_by_class))
+    if got != want:
+        raise SystemExit(f"week of {size} cases: the page shows {got}, the week holds {want}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100,10000", help="week sizes in cases, comma separated")
     parser.add_argument("--requests", type=int, default=30, help="timed requests per size (after one cold)")
-    parser.add_argument("--shard-size", type=int, default=250)
-    parser.add_argument("--active-shards", type=int, default=4)
+    parser.add_argument("--shard-size", type=int, default=250, help="S, [avsim] shard_size")
+    parser.add_argument("--active-shards", type=int, default=6, help="W, [avsim] max_active_shards")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -485,28 +509,44 @@ def main(argv: list[str] | None = None) -> int:
         print(f"airflow db migrate: {time.perf_counter() - t0:.1f} s", flush=True)
         engine = sqlalchemy.create_engine(url)
         root = f"file://{stack.home / 'artifacts'}"
+        truths: dict[int, Truth] = {}
         for size in sizes:
             t0 = time.perf_counter()
+            # As the weekly run cuts it: a canary shard run of 1 % of the cases (at least 20) first,
+            # then shard runs of S cases; the last W created are still running.
+            canary = min(size, max(20, size // 100))
+            shard_size = min(args.shard_size, max(1, size - canary))
+            spec = WeekSpec(
+                run_id=f"bench_{size}",
+                cases=size,
+                shard_size=shard_size,
+                active_shards=args.active_shards,
+                canary_cases=canary,
+                families=("standard", "with_render"),
+            )
             with engine.begin() as conn:
-                spec = WeekSpec(
-                    run_id=f"bench_{size}",
-                    cases=size,
-                    shard_size=min(args.shard_size, size),
-                    active_shards=min(args.active_shards, -(-size // min(args.shard_size, size))),
-                )
-                truth = build_week(conn, spec, root)
-            n_tis = sum(sum(c.values()) for c in truth.phase_classes.values())
+                truths[size] = build_week(conn, spec, root)
+                tis, runs = conn.execute(
+                    sqlalchemy.text(
+                        "SELECT count(*), count(DISTINCT run_id) FROM task_instance "
+                        "WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p"
+                    ),
+                    {"p": f"bench\\_{size}\\_\\_%"},
+                ).one()
             print(
-                f"week of {size:,} cases: {n_tis:,} phase task instances in {time.perf_counter() - t0:.1f} s"
+                f"week of {size:,} cases: {runs} shard runs (canary of {canary}, "
+                f"{min(args.active_shards, runs)} running), {tis:,} phase task instances "
+                f"in {time.perf_counter() - t0:.1f} s"
             )
         with engine.begin() as conn:
             conn.execute(sqlalchemy.text("ANALYZE"))
         stack.start(["api-server"])
         try:
             for size in sizes:
-                cold, warm = _time_requests(
+                cold, warm, doc = _time_requests(
                     stack.api_url, f"/avsim/api/runs/avsim_weekly/bench_{size}/progress", args.requests
                 )
+                _check(doc, truths[size], size)
                 warm.sort()
                 results[size] = {
                     "cold_ms": cold,

@@ -28,6 +28,7 @@ def world(tmp_path: Path) -> Any:
         shard_size=100,
         active_shards=2,
         pending_shards=1,
+        canary_cases=30,
         families=("standard", "with_render"),
     )
     with engine.begin() as conn:
@@ -77,9 +78,11 @@ def test_gpu_hours_shards_and_documents(world: Any) -> None:
     assert ended == pytest.approx(truth.gpu_seconds_ended / 3600, abs=0.02)
     assert gpu["running_hours"] == pytest.approx(truth.running_gpus * 600 / 3600, abs=0.01)
     assert gpu["planned_hours"] == pytest.approx(530 * 2400 / 3600, abs=0.01)
+    # The canary shard run (30 cases, finished) and five shard runs of 100 numbered from 1: shards
+    # 1 and 2 finished, 3 and 4 running, 5 not started.
     assert doc["shards"] == {
-        "planned": 6,
-        "done": 3,
+        "planned": 5,
+        "done": 2,
         "running": 2,
         "queued": 0,
         "not_started": 1,
@@ -93,9 +96,15 @@ def test_gpu_hours_shards_and_documents(world: Any) -> None:
             for k in (3, 4)
         ],
     }
+    canary_run = f"{spec.run_id}__canary"
+    assert doc["canary"]["run"] == {
+        "run_id": canary_run,
+        "state": "success",
+        "url": "/dags/avsim_weekly_shard/runs/manual__2026-12-07T06%3A00%3A00%2B00%3A00__canary",
+    }
     assert doc["manifest"]["build_id"] == "sim-2026.50.1" and doc["manifest"]["manifest_sha256"] == "d" * 64
     assert doc["deadline"]["available"] is False and doc["deadline"]["deadline"] == "2026-12-13T18:00:00Z"
-    assert doc["canary"]["available"] is False and doc["canary"]["run"] is None
+    assert doc["canary"]["available"] is False, "no canary gate decision in the artifact store"
     assert doc["breaker"]["available"] is False
     assert doc["run"]["tasks"] == {"prepare": {"success": 1}}
 

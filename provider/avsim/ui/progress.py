@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Float, Integer, String, case, cast, func, literal, null, or_, select, union_all
+from sqlalchemy import Float, Integer, String, case, cast, func, literal, null, or_, select, text, union_all
 from sqlalchemy.orm import Session
 
 #: Task-instance states after which a phase will not run again unless cleared.
@@ -169,7 +169,7 @@ def _xcom_of(shard_dag_id: str, row: Any, keys: Sequence[str], field: str) -> An
 
 
 def _phase_tis(shard_dag_id: str, run_ids: Sequence[str], task_ids: Sequence[str]) -> Any:
-    """One row per phase task instance of ``run_ids``: its family, phase, class (``cls``) and rank."""
+    """One row per phase task instance of ``run_ids``: its family, phase and class (``cls``)."""
     from airflow.models.taskinstance import TaskInstance as TI
 
     from avsim.plan.model import ON_DEMAND_SUFFIX
@@ -205,8 +205,18 @@ def _phase_tis(shard_dag_id: str, run_ids: Sequence[str], task_ids: Sequence[str
             cls.label("cls"),
         )
         .where(TI.dag_id == shard_dag_id, TI.run_id.in_(list(run_ids)), TI.map_index >= 0)
-        .subquery("phase_cls")
     )
+
+
+def _no_jit(session: Session) -> None:
+    """Turn PostgreSQL's JIT compilation off for the rest of this request's transaction.
+
+    The correlated XCom lookups make the planner's cost estimate of the page's statement large
+    enough for JIT (``jit_above_cost``), whose compilation took longer than the statement's whole
+    execution (measured: 85 of 147 ms at 10,000 cases; ``docs/performance.md``).
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SET LOCAL jit = off"))
 
 
 def _flag(condition: Any) -> Any:
@@ -238,8 +248,12 @@ def compute_digests(
     )
     if not task_ids:
         return digests
-    c = _phase_tis(shard_dag_id, run_ids, task_ids)
-    t = select(*c.c, case(RANK, value=c.c.cls, else_=literal(0)).label("rank")).cte("phase_ti")
+    _no_jit(session)
+    # The CTE is materialized (it is read four times), so each task instance's XComs are probed
+    # once; the rank is taken from its class outside it (inside, the planner would inline the
+    # class expression, with its XCom lookups, a second time).
+    t = _phase_tis(shard_dag_id, run_ids, task_ids).cte("phase_ti")
+    rank = case(RANK, value=t.c.cls, else_=literal(0))
     gpu = case((t.c.pool.in_(list(gpu_pools)), t.c.duration * t.c.pool_slots), else_=0.0)
 
     # One row per phase of a case: the class of its highest-ranked task, its tasks' seconds.
@@ -249,7 +263,7 @@ def compute_digests(
             t.c.family.label("family"),
             t.c.map_index.label("map_index"),
             t.c.phase.label("phase"),
-            func.max(t.c.rank).label("rank"),
+            func.max(rank).label("rank"),
             func.sum(t.c.duration).label("seconds"),
         )
         .group_by(t.c.run_id, t.c.family, t.c.map_index, t.c.phase)
