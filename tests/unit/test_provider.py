@@ -35,3 +35,15 @@ def test_settings_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> N
         load_settings()
     with pytest.raises(ConfigError, match="backend"):
         AvsimSettings(backend="slurm")
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest's default import mode imports a test module by its basename: two files with the
+    same name in tests/unit and tests/integration stop the whole collection (a CI run did)."""
+    from collections import Counter
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parents[1]
+    rootless = [p for p in tests.rglob("test_*.py") if not (p.parent / "__init__.py").exists()]
+    names = Counter(p.name for p in rootless)
+    assert [n for n, k in names.items() if k > 1] == []
