@@ -145,6 +145,10 @@ class LocalPhaseOperator(AvsimPhaseOperator):
 
     def _run(self, attempt: PhaseAttempt, hb_file: Path) -> AttemptResult:
         env = {**os.environ, **attempt.environment()}
+        # The task process's parent is its worker (Airflow's supervisor). Airflow 3 gives the task
+        # process nothing that ends it with its supervisor, so a worker killed with -9 would leave
+        # it (and through it this phase) running unwatched; being re-parented means the worker died.
+        supervisor = os.getppid()
         try:
             argv = resolve_command(attempt.argv)
             self._proc = proc = subprocess.Popen(
@@ -181,6 +185,16 @@ class LocalPhaseOperator(AvsimPhaseOperator):
                     break
                 except subprocess.TimeoutExpired:
                     pass
+                if os.getppid() != supervisor:
+                    self._kill(proc)
+                    reader.join(timeout=5)
+                    return AttemptResult(
+                        Outcome.INFRA_FAILED,
+                        -9,
+                        f"the worker (pid {supervisor}) that supervised this task died; the phase was killed",
+                        "worker_lost",
+                        runner,
+                    )
                 elapsed = time.monotonic() - started
                 if elapsed > runtime.timeout_seconds:
                     self._kill(proc)

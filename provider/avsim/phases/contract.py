@@ -139,7 +139,8 @@ class AttemptResult:
     exit_code: int | None = None
     reason: str = ""
     #: What the platform did, in a word: crash, oom, timeout, terminated, evicted, node_shutdown,
-    #: vanished, lease_expired, image_pull, breaker_open, abandoned, reused.
+    #: vanished, lease_expired, image_pull, breaker_open, abandoned (no report from a lost
+    #: worker, recorded by the next try), worker_lost (the phase saw its worker die), reused.
     detail: str = ""
     #: The pod or process that ran it.
     runner: str = ""
