@@ -1,10 +1,13 @@
 """The weekly-run page in a real browser, on a real stack with real authentication.
 
-A small weekly run (a forced scenario failure, a forced crash) runs on the real scheduler,
-dag-processor, triggerer and API server on PostgreSQL, with the simple auth manager and a
-viewer account (not the all-admins mode). Headless Chromium (Playwright driving /usr/bin/chromium)
-opens the page with that user's session cookie and must show the ledger's counts, the failed
-cases and links that work. Requests without a token, or with a forged one, are refused.
+A small weekly run (10 cases: a canary shard run and two shard runs; a forced scenario failure,
+a forced crash) runs on the real scheduler, dag-processor, triggerer and API server on
+PostgreSQL, with the simple auth manager and a viewer account (not the all-admins mode).
+Headless Chromium (Playwright driving /usr/bin/chromium) opens the page with that user's session
+cookie and must show the ledger's counts, the failed cases and links that work. Requests without
+a token, or with a forged one, are refused. Every phase task instance that ran carries the extra
+links Airflow stores as XComs (``_link_AvsimCaseLink``, ``_link_AvsimArtifactsLink``), the API
+returns them, and the task instance's page in the Airflow UI shows them and they open.
 """
 
 from __future__ import annotations
@@ -12,23 +15,27 @@ from __future__ import annotations
 import base64
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.airflow_run import trigger, wait_for_run
+from tests.support.airflow_run import query, trigger, wait_for_run
 from tests.support.stacks import read_json, weekly_stack
 
 from avsim.artifacts import RunLayout
 from avsim.dagbuild.tasks import run_key_for
+from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
 from avsim.stack import LocalStack
 
 pytestmark = pytest.mark.integration
 
 RUN_ID = "it__ui"
+SHARD_DAG = "avsim_weekly_shard"
+LINK_KEYS = {"_link_AvsimCaseLink": "case", "_link_AvsimArtifactsLink": "artifacts"}
 USER, PASSWORD = "engineer", "week-watcher"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -52,6 +59,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:viewer",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        # The tracker ends with the shard runs at its next pass: keep the week (and this test) short.
+        "AIRFLOW__AVSIM__DEADLINE_INTERVAL_SECONDS": "5",
     }
     with weekly_stack(base, shard_size=4, max_active_shards=2, extra_env=env) as s:
         yield s
@@ -73,8 +82,14 @@ def week(stack: LocalStack) -> dict[str, Any]:
     trigger(stack, "avsim_weekly", RUN_ID, {"manifest": str(manifest)})
     assert wait_for_run(stack, "avsim_weekly", RUN_ID, timeout=900) == "success"
     layout = RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for("avsim_weekly", RUN_ID))
+    # The ledger's committed case classes: what the page must count.
+    ledger_classes: dict[str, int] = {}
+    for summary in Ledger(layout).shard_summaries():
+        for case in summary["cases"]:
+            ledger_classes[case["outcome"]] = ledger_classes.get(case["outcome"], 0) + 1
     return {
         "layout": layout,
+        "ledger": ledger_classes,
         "report": read_json(f"{layout.report_dir}/report.json"),
         "scenario_failed": doc["cases"][7]["id"],
         "crashed": doc["cases"][8]["id"],
@@ -132,19 +147,33 @@ def test_the_page_refuses_requests_without_a_valid_token(stack: LocalStack, week
     assert status(stack, "/api/v2/dags") == 401 and status(stack, "/api/v2/dags", bearer=forge(real)) == 403
 
 
+CASE_CLASSES = ("passed", "scenario_failed", "bad_input", "infra_failed", "preempted", "bad_build")
+
+
+def launch(pw: Any) -> Any:
+    return pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+
+
+def signed_in(browser: Any, stack: LocalStack) -> Any:
+    """A browser context with the viewer's session cookie, as the Airflow UI's login leaves it."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_cookies([{"name": "_token", "value": token(stack), "url": stack.api_url}])
+    return context
+
+
 def test_the_page_in_a_browser_shows_the_ledgers_counts_and_working_links(
     stack: LocalStack, week: dict[str, Any], tmp_path: Path
 ) -> None:
     from playwright.sync_api import sync_playwright
 
-    totals = week["report"]["totals"]
-    assert totals["cases"] == 10 and totals["scenario_failed"] >= 1 and totals["infra_failed"] >= 1
-    session = token(stack)
+    ledger = week["ledger"]
+    assert sum(ledger.values()) == 10 and ledger.get("scenario_failed", 0) >= 1
+    assert ledger.get("infra_failed", 0) >= 1
+    assert {k: v for k, v in week["report"]["totals"].items() if k in CASE_CLASSES and v} == ledger
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        browser = launch(pw)
         try:
-            context = browser.new_context(viewport={"width": 1400, "height": 1000})
-            context.add_cookies([{"name": "_token", "value": session, "url": stack.api_url}])
+            context = signed_in(browser, stack)
             page = context.new_page()
             page.goto(f"{stack.api_url}/avsim/dags/avsim_weekly/runs/{RUN_ID}")
             page.wait_for_selector("body[data-loaded=true]", timeout=60_000)
@@ -154,10 +183,23 @@ def test_the_page_in_a_browser_shows_the_ledgers_counts_and_working_links(
 
             assert count("planned") == 10 and count("done") == 10
             assert count("running") == 0 and count("waiting") == 0
-            for cls in ("passed", "scenario_failed", "infra_failed"):
-                assert count(f"class-{cls}") == totals[cls], cls
-            assert count("failed") == totals["cases"] - totals["passed"]
+            for cls in CASE_CLASSES:  # a card per class the ledger has, none for the others
+                if ledger.get(cls):
+                    assert count(f"class-{cls}") == ledger[cls], cls
+                else:
+                    assert page.locator(f'[data-count="class-{cls}"]').count() == 0, cls
+            assert count("failed") == 10 - ledger.get("passed", 0)
+            # Per-phase progress: every case ran prepare and evaluate; the crash is evaluate's.
+            evaluate = page.locator('tr[data-phase="evaluate"]').inner_text()
+            assert "10 / 10" in evaluate and "infra_failed 1" in evaluate
+            assert "scenario_failed 1" in page.locator('tr[data-phase="simulate"]').inner_text()
+            assert "upstream_failed" in page.locator('tr[data-phase="report"]').inner_text()
+            # Budget, deadline, canary, breaker and shards, from the run's documents.
+            assert float(page.locator('[data-count="gpu-planned"] .n').inner_text().replace(",", "")) > 0
+            assert "estimated finish" in page.locator("#deadline-note").inner_text()
             assert page.locator("[data-canary]").first.get_attribute("data-canary") == "passed"
+            assert page.locator("[data-breaker]").first.get_attribute("data-breaker") == "closed"
+            assert page.locator("#shards").inner_text().startswith("2 done · 0 running · 0 queued")
             rows = page.locator("#failed-table tbody tr")
             listed = {rows.nth(i).get_attribute("data-case") for i in range(rows.count())}
             assert {week["scenario_failed"], week["crashed"]} <= listed
@@ -187,3 +229,102 @@ def test_the_page_in_a_browser_shows_the_ledgers_counts_and_working_links(
         finally:
             browser.close()
     assert (tmp_path / "weekly-run-page.png").stat().st_size > 10_000
+
+
+def _json(value: Any) -> Any:
+    """An XCom value as the driver returns the JSON column (decoded, or still JSON text)."""
+    if isinstance(value, str | bytes):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def test_phase_task_instances_link_to_their_case_page_and_artifacts(
+    stack: LocalStack, week: dict[str, Any], tmp_path: Path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    key = week["layout"].run_key
+    rows = query(
+        stack,
+        "SELECT ti.run_id, ti.task_id, ti.map_index, ti.rendered_map_index, ti.state, x.key, x.value "
+        "FROM task_instance ti LEFT JOIN xcom x ON x.dag_id = ti.dag_id AND x.run_id = ti.run_id "
+        "AND x.task_id = ti.task_id AND x.map_index = ti.map_index AND x.key IN (:case_key, :files_key) "
+        "WHERE ti.dag_id = :dag AND position(:prefix in ti.run_id) = 1 AND ti.map_index >= 0",
+        dag=SHARD_DAG,
+        prefix=f"{RUN_ID}__",
+        case_key="_link_AvsimCaseLink",
+        files_key="_link_AvsimArtifactsLink",
+    )
+    links: dict[tuple[str, str, int], dict[str, str]] = {}
+    tis: dict[tuple[str, str, int], tuple[str, str]] = {}
+    for run_id, task_id, map_index, case_id, state, xkey, value in rows:
+        tis[(run_id, task_id, map_index)] = (str(case_id), str(state))
+        if xkey is not None:
+            links.setdefault((run_id, task_id, map_index), {})[LINK_KEYS[xkey]] = _json(value)
+    runs = {r for r, _t, _m in tis}
+    assert runs == {f"{RUN_ID}__canary", f"{RUN_ID}__shard_0001", f"{RUN_ID}__shard_0002"}
+    ran = {k for k, (_c, state) in tis.items() if state in ("success", "failed")}
+    assert len({tis[k][0] for k in ran}) == 10, "every case ran a phase"
+    # Airflow pushes the links when a try ends, whatever its state; tasks that never ran have none:
+    # the GPU phases' on-demand twins (no preemption this week: skipped) and upstream_failed phases.
+    assert set(links) == ran
+    for (run_id, task_id, map_index), found in links.items():
+        case_id = tis[(run_id, task_id, map_index)][0]
+        phase = task_id.split(".", 1)[1].removesuffix("_on_demand")
+        assert found == {
+            "case": f"/avsim/runs/{key}/cases/{urllib.parse.quote(case_id, safe='')}",
+            "artifacts": f"/avsim/runs/{key}/files/cases/{urllib.parse.quote(case_id, safe='')}/{phase}/",
+        }, (run_id, task_id, map_index)
+    twins = {k: tis[k][1] for k in tis if k[1].endswith("_on_demand")}
+    assert twins and set(twins.values()) <= {"skipped", "upstream_failed"}
+
+    # The crashed phase: its links through Airflow's REST API (what the UI reads), as the viewer.
+    (run_id, task_id, map_index) = next(
+        k for k, (c, state) in tis.items() if c == week["crashed"] and state == "failed"
+    )
+    assert task_id.endswith(".evaluate")
+    path = (
+        f"/api/v2/dags/{SHARD_DAG}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances/"
+        f"{urllib.parse.quote(task_id, safe='')}/links?map_index={map_index}"
+    )
+    req = urllib.request.Request(
+        f"{stack.api_url}{path}", headers={"Authorization": f"Bearer {token(stack)}"}
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        api_links = json.loads(resp.read())["extra_links"]
+    expected = links[(run_id, task_id, map_index)]
+    assert api_links == {"avsim case": expected["case"], "avsim artifacts": expected["artifacts"]}
+
+    # In the Airflow UI: the task instance's details show both links; they open the case page and
+    # the phase's artifacts.
+    ti_page = (
+        f"{stack.api_url}/dags/{SHARD_DAG}/runs/{urllib.parse.quote(run_id, safe='')}/tasks/"
+        f"{urllib.parse.quote(task_id, safe='')}/mapped/{map_index}/details"
+    )
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page = signed_in(browser, stack).new_page()
+            page.goto(ti_page)
+            # The extra links are buttons by their name (the plugin's "avsim case" tab has the
+            # same title), found here by the URL the worker stored.
+            case_link = page.locator(f'a[href="{expected["case"]}"]')
+            case_link.wait_for(timeout=60_000)
+            assert case_link.inner_text() == "avsim case"
+            artifacts_link = page.locator(f'a[href="{expected["artifacts"]}"]')
+            assert artifacts_link.inner_text() == "avsim artifacts"
+            page.screenshot(path=str(tmp_path / "task-instance-links.png"), full_page=True)
+            case_link.click()
+            page.wait_for_selector('section[data-phase="evaluate"]', timeout=30_000)
+            assert page.url == f"{stack.api_url}{expected['case']}"
+            assert week["crashed"] in page.locator("h1").inner_text()
+            page.go_back()
+            artifacts_link.wait_for(timeout=60_000)
+            artifacts_link.click()
+            page.wait_for_url(f"{stack.api_url}{expected['artifacts']}", timeout=30_000)
+            assert "attempt-1/" in page.locator("main").inner_text()
+        finally:
+            browser.close()
