@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -239,3 +240,19 @@ def test_crash_before_crashes_until_the_named_attempt(tmp_path: Path) -> None:
         for a in (1, 2, 3, 4)
     ]
     assert codes == [1, 1, 0, 0]
+
+
+def test_heartbeat_renews_once_per_interval_counting_the_start(tmp_path: Path) -> None:
+    """The phase's start counts as its first sign of life: the first renewal is one interval in."""
+    from avsim.phases.heartbeat import FileHeartbeat
+
+    hb = FileHeartbeat(0.3, tmp_path / "hb")
+    hb.beat()
+    assert hb.beats == 0 and not (tmp_path / "hb").exists()
+    hb.beat(force=True)
+    assert hb.beats == 1 and (tmp_path / "hb").exists()
+    hb.beat()
+    assert hb.beats == 1
+    time.sleep(0.35)
+    hb.beat()
+    assert hb.beats == 2

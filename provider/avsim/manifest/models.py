@@ -358,7 +358,10 @@ class _RunnableSpec(_Strict):
     args: tuple[str, ...] = ()
     #: How often the phase renews its heartbeat, and how long avsim waits for a renewal before it
     #: ends the attempt as lease_expired (0: the phase keeps no heartbeat; only the timeout applies).
-    heartbeat_seconds: float = Field(default=30, gt=0, le=3600)
+    #: The lease decides how soon a hang is found; the renewal interval only has to ride out a few
+    #: failed renewals (five per lease by default, as Kubernetes renews node Leases four times per
+    #: duration) and is each running phase's whole cost to the Kubernetes API.
+    heartbeat_seconds: float = Field(default=60, gt=0, le=3600)
     lease_seconds: float = Field(default=300, ge=0, le=24 * 3600, validate_default=True)
 
     @field_validator("lease_seconds")

@@ -28,7 +28,7 @@ class PhaseRuntime:
     gpus: int = 0
     cpus: float = 1.0
     memory: str = "2Gi"
-    heartbeat_seconds: float = 30.0
+    heartbeat_seconds: float = 60.0
     lease_seconds: float = 300.0
     retry: RetrySpec = field(default_factory=RetrySpec)
     pod: PodOverrides = field(default_factory=PodOverrides)
@@ -47,7 +47,7 @@ class PhaseRuntime:
             gpus=int(res.get("gpus", 0)),
             cpus=float(res.get("cpus", 1)),
             memory=str(res.get("memory", "2Gi")),
-            heartbeat_seconds=float(spec.get("heartbeat_seconds", 30)),
+            heartbeat_seconds=float(spec.get("heartbeat_seconds", 60)),
             lease_seconds=float(spec.get("lease_seconds", 300)),
             retry=RetrySpec.model_validate(spec.get("retry") or {}),
             pod=PodOverrides.model_validate(spec.get("pod") or {}),

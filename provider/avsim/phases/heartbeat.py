@@ -49,14 +49,17 @@ class Heartbeat:
 
     def __init__(self, interval: float) -> None:
         self.interval = max(0.0, interval)
-        self._last = float("-inf")
+        # The phase's start is its first sign of life: the trigger counts a Lease's age from the
+        # container's start, the local worker a heartbeat file's from the process's; so the first
+        # renewal is due one interval in (``beat(force=True)`` renews at once).
+        self._last = time.monotonic()
         self.beats = 0
         self.failures = 0
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Heartbeat | None:
         env = os.environ if environ is None else environ
-        interval = float(env.get(contract.ENV_HEARTBEAT_SECONDS) or 30)
+        interval = float(env.get(contract.ENV_HEARTBEAT_SECONDS) or 60)
         if env.get(contract.ENV_LEASE_NAME):
             return LeaseHeartbeat(
                 interval,
