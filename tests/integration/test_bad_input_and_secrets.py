@@ -113,7 +113,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory, s3: str) -> Iterator[LocalSt
                 "AWS_DEFAULT_REGION": "us-east-1",
             },
         )
-        stack.migrate()
         stack.set_pools(demo_pools(gpus=4, cpus=8))
         stack.start()
         try:

@@ -70,7 +70,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
                 ),
             },
         )
-        s.migrate()
         capacity = base / "capacity.yaml"
         capacity.write_text(
             yaml.safe_dump(

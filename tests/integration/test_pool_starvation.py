@@ -165,7 +165,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
                 "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
             },
         )
-        s.migrate()
         assert "created avsim_gpu_spot: slots 1" in _sync_pools(s, GPU_SLOTS)
         s.start(["api-server", "dag-processor", "scheduler", "triggerer"])
         try:

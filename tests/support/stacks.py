@@ -53,7 +53,6 @@ def weekly_stack(
                 **(extra_env or {}),
             },
         )
-        stack.migrate()
         stack.set_pools(demo_pools(gpus=gpus, cpus=cpus))
         stack.start()
         try:
