@@ -1,11 +1,11 @@
 # Two commands on a fresh machine with Python 3.11+ and pip:
 #   make demo   - the weekly run on this machine (real Airflow components), progress bar, report
-#   make test   - lint, type-check and the whole test suite (starts its own PostgreSQL)
+#   make test   - lint, type-check and the test suite (starts its own PostgreSQL); make test-long: the long tier
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml .ci/constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: demo test install lint bench
+.PHONY: demo test test-long install lint bench
 
 $(STAMP): pyproject.toml .ci/constraints.txt
 	python3 -m venv $(VENV)
@@ -23,7 +23,10 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: lint
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -m "not long" $(ARGS)
+
+test-long: $(STAMP)
+	$(PY) -m pytest -m long $(ARGS)
 
 bench: $(STAMP)
 	$(PY) bench/parse_time.py

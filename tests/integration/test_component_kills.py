@@ -50,7 +50,7 @@ from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
 from avsim.stack import LocalStack
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 NS = "avsim"
 FAST_RECOVERY = {

@@ -25,7 +25,7 @@ from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
 from avsim.stack import LocalStack
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 NS = "avsim"
 # case index (among standard cases) -> (fault kind, phase it hits on attempt 1, params, expected case class)

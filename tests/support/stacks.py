@@ -50,6 +50,9 @@ def weekly_stack(
                 "AIRFLOW__AVSIM__MAX_ACTIVE_SHARDS": str(max_active_shards),
                 "AIRFLOW__AVSIM__SHARD_POLL_SECONDS": "1",
                 "AIRFLOW__AVSIM__GRAPH_CATALOG": str(catalog),
+                # The deadline tracker ends with the week at its next pass: every 5 s, not every 5
+                # minutes, or each test's week would wait up to 5 minutes for it.
+                "AIRFLOW__AVSIM__DEADLINE_INTERVAL_SECONDS": "5",
                 **(extra_env or {}),
             },
         )
