@@ -323,3 +323,28 @@ def test_phase_tasks_of_the_deployed_plan() -> None:
     assert phases["standard.evaluate"]["upstream"] == ["standard.simulate"]
     assert phases["standard.simulate"]["twin"] == "standard.simulate_on_demand"
     assert phases["standard.prepare"] == {"upstream": [], "twin": None}
+
+
+def test_a_week_that_ends_between_passes_ends_tracking_without_waiting_the_interval(
+    tracked: TrackedRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An hour between passes, but the week's end is seen at the next end check, and one last
+    pass records it: the weekly run does not stay running for the rest of the interval."""
+    from avsim.deadline import trigger as trigger_module
+
+    monkeypatch.setattr(trigger_module, "END_CHECK_SECONDS", 0.01)
+    write_json(tracked.layout.plan_uri, _plan_doc(dt.datetime.now(dt.UTC) + dt.timedelta(hours=3)))
+    counts = ScriptedCounts(
+        tracked,
+        [
+            {"runs_finished": 1, "phases": MIDWAY},  # first pass: tracking
+            {"runs_finished": 2, "phases": MIDWAY},  # end check: not yet
+            {"runs_finished": 3, "phases": DONE},  # end check: the week ended; then the last pass
+        ],
+    )
+    trig = DeadlineTrackerTrigger(run=tracked.to_json(), phases=PHASES, interval_seconds=3600)
+    trig.counts = counts
+    events = _collect(trig)
+    assert [e["status"] for e in events] == ["done"]
+    history = sorted(Path(tracked.layout.deadline_dir.removeprefix("file://"), "history").glob("*.json"))
+    assert [json.loads(h.read_text())["status"] for h in history] == ["tracking", "done"]

@@ -4,7 +4,8 @@ Each pass (:func:`avsim.deadline.tracking.track_once`) counts the week's task in
 the execution API, re-estimates, writes ``deadline/latest.json`` and a history entry and emits
 the metrics. The trigger fires:
 
-- ``{"status": "done", ...}`` when the week's shard runs are all finished;
+- ``{"status": "done", ...}`` when the week's shard runs are all finished (looked at every
+  :data:`END_CHECK_SECONDS` between passes);
 - ``{"status": "late", "gpus_needed": n, ...}`` when acting is configured
   (``act_above_gpus`` is set) and the estimate passes the deadline with more GPUs needed than
   were last asked for: the sensor acts in a worker and defers again;
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from collections.abc import AsyncIterator
 from functools import cached_property
 from typing import Any
@@ -31,7 +33,13 @@ from avsim.deadline.tracking import (
     TrackedRun,
     load_planned_work,
     track_once,
+    window_state,
 )
+
+#: Between passes the trigger looks this often whether the week ended (one count of the shard
+#: runs), so the tracker, and with it the weekly run, ends with the last shard run rather than
+#: up to ``interval_seconds`` after it.
+END_CHECK_SECONDS = 15.0
 
 
 class DeadlineTrackerTrigger(BaseTrigger):
@@ -137,4 +145,19 @@ class DeadlineTrackerTrigger(BaseTrigger):
             ):
                 yield TriggerEvent({"status": "late", "gpus_needed": needed, "estimate": found.document})
                 return
-            await asyncio.sleep(self.interval_seconds)
+            await self._until_next_pass(tracked)
+
+    async def _until_next_pass(self, tracked: TrackedRun) -> None:
+        """Sleep ``interval_seconds``, or less when a count finds the week ended."""
+        next_pass = time.monotonic() + self.interval_seconds
+        while (left := next_pass - time.monotonic()) > 0:
+            await asyncio.sleep(min(left, END_CHECK_SECONDS))
+            if time.monotonic() >= next_pass:
+                return
+            try:
+                _, done = await asyncio.to_thread(window_state, self.counts, tracked)
+            except Exception as exc:  # the next pass counts again and handles failures
+                self.log.debug("deadline tracker: end check failed: %s", exc)
+                continue
+            if done:
+                return
