@@ -124,12 +124,15 @@ class LocalStack:
     def migrate(self) -> None:
         self.airflow("db", "migrate")
 
-    def set_pools(self, pools: Mapping[str, tuple[int, str]]) -> None:
-        """Create or update pools: name -> (slots, description)."""
+    def set_pools(self, pools: Mapping[str, tuple[int, str]], *, include_deferred: bool = True) -> None:
+        """Create or update pools: name -> (slots, description); deferred tasks count by default."""
         path = self.home / "pools.json"
         path.write_text(
             json.dumps(
-                {n: {"slots": s, "description": d, "include_deferred": True} for n, (s, d) in pools.items()}
+                {
+                    n: {"slots": s, "description": d, "include_deferred": include_deferred}
+                    for n, (s, d) in pools.items()
+                }
             )
         )
         self.airflow("pools", "import", str(path))

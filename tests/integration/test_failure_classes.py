@@ -25,7 +25,7 @@ from avsim.manifest.sample import sample_manifest
 from avsim.phases.contract import Outcome
 from avsim.stack import LocalStack
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 FAULTS = {
     # case index -> (phase, forced behaviour), and the class the case must end in
@@ -56,7 +56,7 @@ def _week(stack: LocalStack, name: str, doc: dict[str, Any]) -> tuple[str, RunLa
     return run_id, RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for("avsim_weekly", run_id))
 
 
-@pytest.mark.long  # about 7 minutes on 2 cores; CI covers the classes through test_chaos
+# About 7 minutes on 2 cores; CI covers the classes through test_chaos.
 def test_each_failure_class_is_handled_by_its_own_rules(stack: LocalStack) -> None:
     doc = sample_manifest(
         12,

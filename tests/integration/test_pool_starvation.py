@@ -326,7 +326,7 @@ def test_with_wide_queries_cpu_phases_finish_while_gpu_phases_wait(stack: LocalS
 
 
 def test_include_deferred_keeps_deferred_phases_in_their_pool(stack: LocalStack) -> None:
-    stack.set_pools({"uncounted_gpus": (2, "deferred phases not counted")})  # include_deferred false
+    stack.set_pools({"uncounted_gpus": (2, "deferred phases not counted")}, include_deferred=False)
     assert _sync_pools(stack, 2).splitlines()[0] == "updated avsim_gpu_spot: slots 1 -> 2"
     [(counted_flag,)] = query(stack, "SELECT include_deferred FROM slot_pool WHERE pool = 'avsim_gpu_spot'")
     assert counted_flag, "avsim pools sync writes include_deferred"
