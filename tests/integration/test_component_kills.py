@@ -25,22 +25,19 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
-import os
 import re
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 from tests.support.airflow_run import query, trigger, wait_for_run
 from tests.support.kube_api import FakeKubeAPI
-from tests.support.stacks import weekly_stack
+from tests.support.stacks import kubernetes_stack, weekly_stack
 
 from avsim.artifacts import RunLayout
 from avsim.dagbuild.tasks import run_key_for
@@ -206,19 +203,16 @@ def attempt_of(pod: dict[str, Any]) -> tuple[str, str, int]:
 # -- the Kubernetes backend ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeKubeAPI, LocalStack]]:
-    base = tmp_path_factory.mktemp("kills-k8s")
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # the pods find avsim-fakesim
-    with FakeKubeAPI(workdir=base / "pods", env=env) as kube:
-        kubeconfig = kube.write_kubeconfig(base / "kubeconfig", namespace=NS)
-        extra = {
-            **kube.airflow_conn_env("kubernetes_default", kubeconfig, namespace=NS),
-            "AIRFLOW__AVSIM__BACKEND": "kubernetes",
-            "AIRFLOW__AVSIM__KUBERNETES_NAMESPACE": NS,
-            **FAST_RECOVERY,
-        }
-        with weekly_stack(base, shard_size=4, max_active_shards=2, gpus=6, cpus=8, extra_env=extra) as stack:
-            yield kube, stack
+    with kubernetes_stack(
+        tmp_path_factory.mktemp("kills-k8s"),
+        NS,
+        FAST_RECOVERY,
+        shard_size=4,
+        max_active_shards=2,
+        gpus=6,
+        cpus=8,
+    ) as (kube, stack):
+        yield kube, stack
 
 
 def _week(

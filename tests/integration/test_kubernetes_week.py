@@ -8,16 +8,13 @@ in its class, and the triggerer must have waited through one shared watch, not p
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support.airflow_run import trigger, wait_for_run
 from tests.support.kube_api import FakeKubeAPI
-from tests.support.stacks import read_json, weekly_stack
+from tests.support.stacks import kubernetes_stack, read_json
 
 from avsim.artifacts import RunLayout
 from avsim.dagbuild.tasks import run_key_for
@@ -42,18 +39,10 @@ FAULTS: dict[int, tuple[str, str, dict[str, Any], str]] = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeKubeAPI, LocalStack]]:
-    base = tmp_path_factory.mktemp("k8s")
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # the pods find avsim-fakesim
-    with FakeKubeAPI(workdir=base / "pods", env=env) as kube:
-        kubeconfig = kube.write_kubeconfig(base / "kubeconfig", namespace=NS)
-        extra = {
-            **kube.airflow_conn_env("kubernetes_default", kubeconfig, namespace=NS),
-            "AIRFLOW__AVSIM__BACKEND": "kubernetes",
-            "AIRFLOW__AVSIM__KUBERNETES_NAMESPACE": NS,
-        }
-        with weekly_stack(base, shard_size=12, max_active_shards=1, gpus=6, cpus=8, extra_env=extra) as stack:
-            yield kube, stack
+    with kubernetes_stack(
+        tmp_path_factory.mktemp("k8s"), NS, shard_size=12, max_active_shards=1, gpus=6, cpus=8
+    ) as (kube, stack):
+        yield kube, stack
 
 
 def test_a_week_on_kubernetes_ends_every_case_in_its_class(cluster: tuple[FakeKubeAPI, LocalStack]) -> None:

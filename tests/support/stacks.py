@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -68,3 +70,27 @@ def weekly_stack(
 
 def read_json(uri: str) -> Any:
     return json.loads(Path(uri.removeprefix("file://")).read_text())
+
+
+@contextlib.contextmanager
+def kubernetes_stack(
+    base: Path, namespace: str, extra_env: Mapping[str, str] | None = None, **stack_options: Any
+) -> Iterator[tuple[Any, LocalStack]]:
+    """The weekly stack on the Kubernetes backend against the loopback API of tests/support/kube_api.
+
+    Yields (the fake API, the stack); ``stack_options`` go to :func:`weekly_stack`.
+    """
+    from tests.support.kube_api import FakeKubeAPI
+
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # the pods find avsim-fakesim
+    with FakeKubeAPI(workdir=base / "pods", env=env) as kube:
+        kubeconfig = kube.write_kubeconfig(base / "kubeconfig", namespace=namespace)
+        extra = {
+            **kube.airflow_conn_env("kubernetes_default", kubeconfig, namespace=namespace),
+            "AIRFLOW__AVSIM__BACKEND": "kubernetes",
+            "AIRFLOW__AVSIM__KUBERNETES_NAMESPACE": namespace,
+            **(extra_env or {}),
+        }
+        with weekly_stack(base, extra_env=extra, **stack_options) as stack:
+            yield kube, stack

@@ -244,7 +244,8 @@ def _parse_yaml(text: str, source: str) -> Any:
             raise _error(f"YAML error: {exc}", source) from None
         except ValueError as exc:  # an impossible date, an integer too long to convert
             raise _error(
-                f"YAML error: {exc}: a date or number that cannot be read; quote it to keep it as text", source
+                f"YAML error: {exc}: a date or number that cannot be read; quote it to keep it as text",
+                source,
             ) from None
     finally:
         loader.dispose()

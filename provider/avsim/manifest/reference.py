@@ -36,6 +36,19 @@ import annotated_types as at
 from pydantic import BaseModel, StringConstraints
 from pydantic.fields import FieldInfo
 
+from avsim.manifest.reference_sources import (
+    doc_body,
+    doc_comments,
+    field_key,
+    function_of,
+    md_cell,
+    md_code,
+    md_number,
+    messages_of,
+    rst_to_markdown,
+    rules_of,
+)
+
 #: The command that rewrites the committed reference.
 REGENERATE = "avsim manifest reference -o docs/manifest.md"
 #: The example's week and size: fixed, so the page does not change with the calendar.
@@ -131,7 +144,7 @@ def walk(root: type[BaseModel]) -> _Catalog:
             return
         cat.aliases.update(_module_aliases(model.__module__))
         for name, tp in _field_hints(model).items():
-            where = f"{model.__name__}.{_key(model, name)}"
+            where = f"{model.__name__}.{field_key(model, name)}"
             nested: list[type[BaseModel]] = []
             for leaf in _leaves(tp):
                 alias = _alias_name(leaf, cat.aliases)
@@ -148,11 +161,6 @@ def walk(root: type[BaseModel]) -> _Catalog:
     return cat
 
 
-def _key(model: type[BaseModel], name: str) -> str:
-    info = model.model_fields[name]
-    return info.alias or name
-
-
 # ----------------------------------------------------------------------------------- rendering
 
 
@@ -164,38 +172,20 @@ def _link(name: str) -> str:
     return f"[{name}](#{_anchor(name)})"
 
 
-def _code(text: str) -> str:
-    ticks = "``" if "`" in text else "`"
-    pad = " " if ticks == "``" else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}"
-
-
-def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
-
-
-def _number(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return str(value)
-
-
 def _constraints(metadata: Iterable[Any], noun: str | None = None) -> list[str]:
     """Constraints in words; ``noun`` ("items", "entries") for the length of a container."""
     out: list[str] = []
     for meta in metadata:
         if isinstance(meta, at.Gt):
-            out.append(f"> {_number(meta.gt)}")
+            out.append(f"> {md_number(meta.gt)}")
         elif isinstance(meta, at.Ge):
-            out.append(f"≥ {_number(meta.ge)}")
+            out.append(f"≥ {md_number(meta.ge)}")
         elif isinstance(meta, at.Lt):
-            out.append(f"< {_number(meta.lt)}")
+            out.append(f"< {md_number(meta.lt)}")
         elif isinstance(meta, at.Le):
-            out.append(f"≤ {_number(meta.le)}")
+            out.append(f"≤ {md_number(meta.le)}")
         elif isinstance(meta, at.MultipleOf):
-            out.append(f"multiple of {_number(meta.multiple_of)}")
+            out.append(f"multiple of {md_number(meta.multiple_of)}")
         elif isinstance(meta, at.MinLen):
             out.append(f"at least {_count(meta.min_length, noun)}" if noun else f"length ≥ {meta.min_length}")
         elif isinstance(meta, at.MaxLen):
@@ -220,7 +210,7 @@ def _string_constraints(meta: StringConstraints) -> list[Any]:
     parts.extend(
         _Note(note)
         for note, on in (
-            (f"matches {_code(str(meta.pattern))}", meta.pattern is not None),
+            (f"matches {md_code(str(meta.pattern))}", meta.pattern is not None),
             ("strict (no type conversion)", bool(meta.strict)),
             ("upper-cased", bool(meta.to_upper)),
             ("lower-cased", bool(meta.to_lower)),
@@ -246,14 +236,14 @@ def _general_constraints(meta: Any) -> list[str]:
     if values.get("strict"):
         out.append("strict (no type conversion)")
     if values.get("pattern") is not None:
-        out.append(f"matches {_code(str(values['pattern']))}")
+        out.append(f"matches {md_code(str(values['pattern']))}")
     if values.get("allow_inf_nan") is False:
         out.append("finite")
     return out
 
 
 def _enum_values(enum: type[Enum]) -> str:
-    return " or ".join(_code(str(m.value)) for m in enum)
+    return " or ".join(md_code(str(m.value)) for m in enum)
 
 
 def render_type(tp: Any, aliases: Mapping[str, Any] | None = None) -> str:
@@ -277,7 +267,7 @@ def render_type(tp: Any, aliases: Mapping[str, Any] | None = None) -> str:
         text = " or ".join(render_type(a, aliases) for a in present)
         return f"{text} or null" if len(present) < len(args) else text
     if origin is Literal:
-        return "one of " + ", ".join(_code(json.dumps(a)) for a in args)
+        return "one of " + ", ".join(md_code(json.dumps(a)) for a in args)
     if origin in (list, tuple, set, frozenset, Sequence) or (
         isinstance(origin, type) and issubclass(origin, (list, tuple, set, frozenset))
     ):
@@ -297,7 +287,7 @@ def render_type(tp: Any, aliases: Mapping[str, Any] | None = None) -> str:
         for scalar, words in _SCALARS:
             if issubclass(tp, scalar):
                 return words
-    return _code(getattr(tp, "__name__", repr(tp)))
+    return md_code(getattr(tp, "__name__", repr(tp)))
 
 
 def _default(info: FieldInfo) -> str:
@@ -311,17 +301,17 @@ def _default(info: FieldInfo) -> str:
         changed = value.model_dump(mode="json", by_alias=True, exclude_defaults=True)
         if not changed:
             return f"the defaults of {_link(type(value).__name__)}"
-        return _code(json.dumps(changed))
+        return md_code(json.dumps(changed))
     if isinstance(value, Enum):
         value = value.value
     if value is None or isinstance(value, (bool, int, float)):
-        return _code(json.dumps(value) if not isinstance(value, float) else _number(value))
+        return md_code(json.dumps(value) if not isinstance(value, float) else md_number(value))
     if isinstance(value, str):
-        return _code(value) if value else '`""` (empty)'
+        return md_code(value) if value else '`""` (empty)'
     try:
-        return _code(json.dumps(value, default=str))
+        return md_code(json.dumps(value, default=str))
     except TypeError:
-        return _code(repr(value))
+        return md_code(repr(value))
 
 
 def _container_noun(tp: Any) -> str | None:
@@ -342,10 +332,10 @@ def _container_noun(tp: Any) -> str | None:
 
 def _field_row(model: type[BaseModel], name: str, tp: Any, aliases: Mapping[str, Any]) -> str:
     info = model.model_fields[name]
-    key = _code(_key(model, name))
+    key = md_code(field_key(model, name))
     by_name = model.model_config.get("populate_by_name") or model.model_config.get("validate_by_name")
     if info.alias and info.alias != name and by_name:
-        key += f" (or {_code(name)})"
+        key += f" (or {md_code(name)})"
     shown_meta: list[Any] = list(get_args(tp)[1:]) if get_origin(tp) is Annotated else []
     extra = [m for m in info.metadata if m not in shown_meta]
     container = _container_noun(info.annotation)
@@ -356,194 +346,7 @@ def _field_row(model: type[BaseModel], name: str, tp: Any, aliases: Mapping[str,
         ", ".join(_constraints(extra, container)),
         info.description or "",
     ]
-    return "| " + " | ".join(_cell(c) for c in cells) + " |"
-
-
-# ------------------------------------------------------------------- rules from validator sources
-
-
-def _placeholder(node: ast.expr, value_names: set[str], constants: Mapping[str, Any]) -> str:
-    if isinstance(node, ast.Name) and node.id not in value_names:
-        value = constants.get(node.id)
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)  # a module constant: its value reads better than its name
-        return "{" + node.id + "}"
-    return "…"
-
-
-def _message(node: ast.expr, value_names: set[str], constants: Mapping[str, Any]) -> str | None:
-    """The text of a message argument: a string, an f-string (placeholders shown), or a concatenation."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.JoinedStr):
-        parts: list[str] = []
-        for value in node.values:
-            if isinstance(value, ast.Constant):
-                parts.append(str(value.value))
-            elif isinstance(value, ast.FormattedValue):
-                parts.append(_placeholder(value.value, value_names, constants))
-        return "".join(parts)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left = _message(node.left, value_names, constants)
-        right = _message(node.right, value_names, constants)
-        if left is not None and right is not None:
-            return left + right
-    return None
-
-
-def _function(obj: Any) -> Callable[..., Any] | None:
-    func = getattr(obj, "__func__", obj)
-    return func if inspect.isfunction(func) else None
-
-
-def messages_of(obj: Any, _seen: set[Any] | None = None) -> list[str]:
-    """The error messages a function raises (``raise X(msg)``) or reports (``Problem(path, msg)``),
-    also through the functions of its own module that it calls. Placeholders: ``{name}``, or ``…``
-    for the value being validated and for expressions."""
-    func = _function(obj)
-    seen = _seen if _seen is not None else set()
-    if func is None or func in seen:
-        return []
-    seen.add(func)
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
-    except (OSError, TypeError, SyntaxError):
-        return []
-    definition = tree.body[0]
-    params = [a.arg for a in definition.args.args] if isinstance(definition, ast.FunctionDef) else []
-    # The value being validated is the first parameter after cls/self: shown as "…".
-    first = 1 if params[:1] in (["cls"], ["self"]) else 0
-    value_names = set(params[first : first + 1])
-    module_globals: dict[str, Any] = getattr(func, "__globals__", {})
-    constants = {k: v for k, v in module_globals.items() if k.isupper()}
-    found: list[tuple[int, int, list[str]]] = []
-    for node in ast.walk(tree):
-        texts: list[str] = []
-        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
-            text = _message(node.exc.args[0], value_names, constants)
-            texts = [text] if text else []
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            if node.func.id == "Problem" and len(node.args) >= 2:
-                where = _message(node.args[0], value_names, constants)
-                text = _message(node.args[1], value_names, constants)
-                texts = [f"{_code(where)}: {text}" if where else text] if text else []
-            else:
-                callee = module_globals.get(node.func.id)
-                if inspect.isfunction(callee) and callee.__module__ == func.__module__:
-                    texts = messages_of(callee, seen)
-        if texts:
-            found.append((getattr(node, "lineno", 0), getattr(node, "col_offset", 0), texts))
-    found.sort(key=lambda item: item[:2])
-    return list(dict.fromkeys(text for *_, texts in found for text in texts))
-
-
-def _rules(model: type[BaseModel]) -> list[tuple[str, str, list[str]]]:
-    """(fields, docstring, messages) of each validator of ``model`` (its bases' included), in source order."""
-    decorators = model.__pydantic_decorators__
-    found: list[tuple[tuple[str, int], str, list[str], str]] = []
-    for fdec in decorators.field_validators.values():
-        fields = ", ".join(_code(_key(model, f)) for f in fdec.info.fields if f in model.model_fields)
-        found.append((*_rule_parts(fdec.func), fields))
-    for mdec in decorators.model_validators.values():
-        found.append((*_rule_parts(mdec.func), "the whole object"))
-    found.sort(key=lambda item: item[0])
-    return [(fields, doc, msgs) for _, doc, msgs, fields in found]
-
-
-def _rule_parts(obj: Any) -> tuple[tuple[str, int], str, list[str]]:
-    func = _function(obj)
-    if func is None:
-        return ("", 0), "", []
-    try:
-        position = (inspect.getsourcefile(func) or "", inspect.getsourcelines(func)[1])
-    except (OSError, TypeError):
-        position = ("", 0)
-    return position, _rst(inspect.getdoc(func) or ""), messages_of(func)
-
-
-# --------------------------------------------------------------------------- docstring to markdown
-
-
-_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
-
-
-def _rst(text: str, module: Any = None) -> str:
-    """Docstring text as markdown: ``code`` and :role:`target` become code spans."""
-
-    def role(m: re.Match[str]) -> str:
-        target = m.group(1)
-        short = target.rsplit(".", 1)[-1] if m.group(0).startswith((":data:", ":attr:")) else target
-        value = getattr(module, short, None) if module is not None else None
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-            return f"{_code(short)} ({_number(value)})"
-        return _code(target if not target.startswith("~") else target[1:])
-
-    text = _ROLE.sub(role, _simple_tables(text))  # tables first: they are laid out by column
-    return re.sub(r"``([^`]+)``", r"`\1`", text)
-
-
-_TABLE_RULE = re.compile(r"^\s*=+(\s+=+)+\s*$")
-
-
-def _simple_tables(text: str) -> str:
-    """RST simple tables (``===  ===`` rules; a row whose first cell is blank continues the one above)
-    as markdown tables."""
-    lines = text.splitlines()
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        rules = [j for j in range(i, len(lines)) if _TABLE_RULE.match(lines[j])][:3]
-        if not _TABLE_RULE.match(lines[i]) or len(rules) < 3:
-            out.append(lines[i])
-            i += 1
-            continue
-        starts = [m.start() for m in re.finditer(r"=+", lines[i])]
-
-        def cells(line: str, starts: list[int] = starts) -> list[str]:
-            bounds = [*starts[1:], None]
-            return [line[a:b].strip() for a, b in zip(starts, bounds, strict=True)]
-
-        header = [
-            " ".join(col) for col in zip(*(cells(x) for x in lines[rules[0] + 1 : rules[1]]), strict=True)
-        ]
-        rows: list[list[str]] = []
-        for line in lines[rules[1] + 1 : rules[2]]:
-            row = cells(line)
-            if rows and not row[0]:
-                rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], row, strict=True)]
-            elif any(row):
-                rows.append(row)
-        out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-        out.append("")
-        i = rules[2] + 1
-    return "\n".join(out)
-
-
-def _doc_body(obj: Any) -> str:
-    """A docstring without its summary line."""
-    doc = inspect.getdoc(obj) or ""
-    _, _, body = doc.partition("\n\n")
-    return _rst(body.strip(), inspect.getmodule(obj))
-
-
-def _doc_comments(module: Any) -> dict[str, str]:
-    """``#:`` comments above module-level assignments (Sphinx's convention), by the assigned name."""
-    try:
-        lines = inspect.getsource(module).splitlines()
-    except (OSError, TypeError):
-        return {}
-    out: dict[str, str] = {}
-    pending: list[str] = []
-    for line in lines:
-        if line.startswith("#:"):
-            pending.append(line[2:].strip())
-            continue
-        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]+)?=", line)
-        if m and pending:
-            out[m.group(1)] = " ".join(pending)
-        pending = []
-    return out
+    return "| " + " | ".join(md_cell(c) for c in cells) + " |"
 
 
 # ------------------------------------------------------------------------------ model reference
@@ -570,8 +373,8 @@ def render_models(root: type[BaseModel]) -> str:
             alias = cat.aliases[name]
             base, *meta = get_args(alias)
             words = render_type(base) + (f" ({', '.join(_constraints(meta))})" if meta else "")
-            used = ", ".join(_code(u) for u in dict.fromkeys(cat.used_aliases[name]))
-            out.append(f'| <a id="{_anchor(name)}"></a>{_code(name)} | {_cell(words)} | {used} |')
+            used = ", ".join(md_code(u) for u in dict.fromkeys(cat.used_aliases[name]))
+            out.append(f'| <a id="{_anchor(name)}"></a>{md_code(name)} | {md_cell(words)} | {used} |')
         out.append("")
     return "\n".join(out)
 
@@ -580,17 +383,17 @@ def _model_section(model: type[BaseModel], cat: _Catalog) -> list[str]:
     out = [f"### {model.__name__}", ""]
     doc = inspect.getdoc(model) if model.__doc__ else None
     if doc:
-        out += [_rst(doc, inspect.getmodule(model)), ""]
+        out += [rst_to_markdown(doc, inspect.getmodule(model)), ""]
     used = cat.models[model]
     if used:
-        out += ["Used in: " + ", ".join(_code(u) for u in dict.fromkeys(used)) + ".", ""]
+        out += ["Used in: " + ", ".join(md_code(u) for u in dict.fromkeys(used)) + ".", ""]
     else:
         out += ["The document's top level.", ""]
     out += ["| key | type | default | constraints | description |", "|---|---|---|---|---|"]
     for name, tp in _field_hints(model).items():
         out.append(_field_row(model, name, tp, cat.aliases))
     out.append("")
-    rules = _rules(model)
+    rules = rules_of(model)
     if rules:
         out += ["Rules:", ""]
         for fields, doc, msgs in rules:
@@ -617,12 +420,12 @@ def _extra_tables(model: type[BaseModel]) -> list[str]:
     """Tables of the module-level ``{str: str}`` mappings a model's validators read (the forbidden pod
     fields and their reasons, say), titled by their ``#:`` comment."""
     module = inspect.getmodule(model)
-    comments = _doc_comments(module)
+    comments = doc_comments(module)
     decorators = model.__pydantic_decorators__
     names: set[str] = set()
     validators: list[Any] = [*decorators.field_validators.values(), *decorators.model_validators.values()]
     for dec in validators:
-        func = _function(dec.func)
+        func = function_of(dec.func)
         if func is not None:
             names |= _names_read(func)
     out: list[str] = []
@@ -631,8 +434,8 @@ def _extra_tables(model: type[BaseModel]) -> list[str]:
         if not (isinstance(value, dict) and value):
             continue
         if all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-            out += [_rst(comments.get(name, _code(name))), "", "| key | why |", "|---|---|"]
-            out += [f"| {_code(k)} | {_cell(v)} |" for k, v in value.items()]
+            out += [rst_to_markdown(comments.get(name, md_code(name))), "", "| key | why |", "|---|---|"]
+            out += [f"| {md_code(k)} | {md_cell(v)} |" for k, v in value.items()]
             out.append("")
     return out
 
@@ -640,10 +443,10 @@ def _extra_tables(model: type[BaseModel]) -> list[str]:
 def _enum_section(enum: type[Enum], cat: _Catalog) -> list[str]:
     out = [f"### {enum.__name__}", ""]
     if enum.__doc__ and inspect.getdoc(enum) != inspect.getdoc(Enum):
-        out += [_rst(inspect.getdoc(enum) or ""), ""]
-    out += ["Used in: " + ", ".join(_code(u) for u in dict.fromkeys(cat.enums[enum])) + ".", ""]
+        out += [rst_to_markdown(inspect.getdoc(enum) or ""), ""]
+    out += ["Used in: " + ", ".join(md_code(u) for u in dict.fromkeys(cat.enums[enum])) + ".", ""]
     module = sys.modules.get(enum.__module__)
-    comments = _doc_comments(module)
+    comments = doc_comments(module)
     columns: list[tuple[str, Mapping[Any, Any]]] = []
     notes: list[str] = []
     for name, value in sorted(vars(module).items()) if module else ():
@@ -651,12 +454,12 @@ def _enum_section(enum: type[Enum], cat: _Catalog) -> list[str]:
             title = name.lower().replace("_", " ")
             columns.append((title, value))
             if name in comments:
-                notes.append(f"*{title}* ({_code(name)}): {_rst(comments[name])}")
+                notes.append(f"*{title}* ({md_code(name)}): {rst_to_markdown(comments[name])}")
     header = ["value", *(title for title, _ in columns)]
     out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for member in enum:
-        row = [_code(str(member.value))]
-        row += [_code(_number(mapping[member])) if member in mapping else "" for _, mapping in columns]
+        row = [md_code(str(member.value))]
+        row += [md_code(md_number(mapping[member])) if member in mapping else "" for _, mapping in columns]
         out.append("| " + " | ".join(row) + " |")
     out.append("")
     out += [*notes, ""] if notes else []
@@ -683,7 +486,7 @@ def _outcome_table() -> list[str]:
     for outcome in contract.Outcome:
         code = ", ".join(by_outcome.get(outcome, [])) or "(set by avsim, not by an exit code)"
         yes_no = ("yes" if outcome.produced_output else "no", "yes" if outcome.retriable else "no")
-        out.append(f"| {code} | {_code(outcome.value)} | {yes_no[0]} | {yes_no[1]} |")
+        out.append(f"| {code} | {md_code(outcome.value)} | {yes_no[0]} | {yes_no[1]} |")
     return [*out, ""]
 
 
@@ -753,18 +556,18 @@ def render_reference() -> str:
         "",
         "## How a manifest is read",
         "",
-        _doc_body(loader),
+        doc_body(loader),
         "",
         "## Checks across the whole document",
         "",
-        _doc_body(validation),
+        doc_body(validation),
         "",
         "## Checks against the deployed graph catalog",
         "",
         "The weekly DAGs are built from the graph catalog (`dags/avsim_graphs.yaml`), so a run's graphs",
         "must have the shape of deployed ones. The shape (`avsim.plan.catalog.shape_fingerprint`):",
         "",
-        _rst(inspect.getdoc(catalog.shape_fingerprint) or "", catalog),
+        rst_to_markdown(inspect.getdoc(catalog.shape_fingerprint) or "", catalog),
         "",
         "When `prepare` starts a run, it refuses a manifest that does not fit the deployed DAG:",
         "",
@@ -776,7 +579,7 @@ def render_reference() -> str:
         "`avsim.phases.contract`); the `retry` settings of the phase budget the retried ones.",
         "",
         *_outcome_table(),
-        _doc_body(contract.Outcome),
+        doc_body(contract.Outcome),
         "",
         "## A complete example",
         "",

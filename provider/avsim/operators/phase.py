@@ -185,38 +185,12 @@ class LocalPhaseOperator(AvsimPhaseOperator):
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                if os.getppid() != supervisor:
+                stop = self._must_stop(supervisor, started, hb_file, runtime)
+                if stop is not None:
+                    reason, detail = stop
                     self._kill(proc)
                     reader.join(timeout=5)
-                    return AttemptResult(
-                        Outcome.INFRA_FAILED,
-                        -9,
-                        f"the worker (pid {supervisor}) that supervised this task died; the phase was killed",
-                        "worker_lost",
-                        runner,
-                    )
-                elapsed = time.monotonic() - started
-                if elapsed > runtime.timeout_seconds:
-                    self._kill(proc)
-                    reader.join(timeout=5)
-                    return AttemptResult(
-                        Outcome.INFRA_FAILED,
-                        -9,
-                        f"timed out after {runtime.timeout_seconds:g}s and was killed",
-                        "timeout",
-                        runner,
-                    )
-                silent = _heartbeat_age(hb_file, started)
-                if runtime.lease_seconds and silent > runtime.lease_seconds:
-                    self._kill(proc)
-                    reader.join(timeout=5)
-                    return AttemptResult(
-                        Outcome.INFRA_FAILED,
-                        -9,
-                        f"no heartbeat for {silent:.0f}s (lease {runtime.lease_seconds:g}s): the phase hung and was killed",
-                        "lease_expired",
-                        runner,
-                    )
+                    return AttemptResult(Outcome.INFRA_FAILED, -9, reason, detail, runner)
         finally:
             self._proc = None
         reader.join(timeout=30)
@@ -228,6 +202,24 @@ class LocalPhaseOperator(AvsimPhaseOperator):
             else ("crash" if outcome is Outcome.INFRA_FAILED else "")
         )
         return AttemptResult(outcome, code, reason[-500:], detail, runner)
+
+    @staticmethod
+    def _must_stop(supervisor: int, started: float, hb_file: Path, runtime: Any) -> tuple[str, str] | None:
+        """(reason, detail) when the running phase must be killed now, else None."""
+        if os.getppid() != supervisor:
+            return (
+                f"the worker (pid {supervisor}) that supervised this task died; the phase was killed",
+                "worker_lost",
+            )
+        if time.monotonic() - started > runtime.timeout_seconds:
+            return f"timed out after {runtime.timeout_seconds:g}s and was killed", "timeout"
+        silent = _heartbeat_age(hb_file, started)
+        if runtime.lease_seconds and silent > runtime.lease_seconds:
+            return (
+                f"no heartbeat for {silent:.0f}s (lease {runtime.lease_seconds:g}s): the phase hung and was killed",
+                "lease_expired",
+            )
+        return None
 
     @staticmethod
     def _kill(proc: subprocess.Popen[str]) -> None:
