@@ -153,13 +153,14 @@ function render(d) {
       <td class="num">${num(p.mean_seconds)}</td></tr>`).join("") + "</tbody></table>"
     : '<p class="note">No phase task instance yet.</p>';
   const g = d.gpu, dl = d.deadline;
-  const late = dl.seconds_late;
   $("budget").innerHTML = card("gpu-spent", g.spent_hours, "GPU-hours spent") +
     card("gpu-planned", g.planned_hours, "GPU-hours planned") + card("gpus", g.gpus_in_use, "GPUs in use") +
     card("gpus-needed", dl.gpus_needed, "GPUs needed");
-  $("deadline-note").innerHTML = `deadline <code>${esc(dl.deadline)}</code> · ` + (dl.available
-    ? `estimated finish <code>${esc(dl.estimated_finish)}</code> (${late > 0 ? `<span class="warn">${num(Math.round(late / 60))} min late</span>` : `<span class="ok">${num(Math.round(-late / 60))} min early</span>`}) · action <code>${esc(dl.action)}</code> · as of <code>${esc(dl.at)}</code>`
-    : `finish estimate not available (${esc(dl.message)})`) + (g.spent_of_planned !== null ? ` · ${(100 * g.spent_of_planned).toFixed(1)}% of planned GPU-hours spent` : "");
+  const v = dl.verdict || {state: "none", text: "no estimate yet"};
+  const verdict = `<span class="${v.state === "late" ? "warn" : v.state === "none" ? "note" : "ok"}" data-verdict="${esc(v.state)}">${esc(v.text)}</span>`;
+  $("deadline-note").innerHTML = `deadline <code>${esc(dl.deadline)}</code> · ` + (dl.available && v.state !== "none"
+    ? `estimated finish <code>${esc(dl.estimated_finish)}</code> (${verdict}) · action <code>${esc(dl.action)}</code> · as of <code>${esc(dl.at)}</code>`
+    : `estimated finish: ${verdict}` + (dl.available ? ` · as of <code>${esc(dl.at)}</code>` : ` <span class="note">(${esc(dl.message)})</span>`)) + (g.spent_of_planned !== null ? ` · ${(100 * g.spent_of_planned).toFixed(1)}% of planned GPU-hours spent` : "");
   const cn = d.canary, br = d.breaker;
   const canary = cn.available ? `<b class="${cn.state === "failed" ? "warn" : cn.state === "passed" ? "ok" : ""}" data-canary="${esc(cn.state)}">${esc(cn.state)}</b>
       (${num(cn.finished)} / ${num(cn.cases)} cases finished, failure rate ${esc(cn.rate)} against ${esc(cn.threshold)}) ${esc(cn.message || "")}`

@@ -76,13 +76,32 @@ def deadline(layout: RunLayout, fallback_deadline: str | None) -> dict[str, Any]
     if doc is None:
         out = _missing("finish estimate", layout.deadline_latest)
         out["deadline"] = fallback_deadline
+        out["verdict"] = finish_verdict(None)
         return out
     keys = ("at", "estimated_finish", "deadline", "remaining_gpu_seconds", "gpus_in_use", "gpus_needed")
     out = {"available": True, **{k: doc.get(k) for k in (*keys, "action")}}
     out["deadline"] = out["deadline"] or fallback_deadline
     late = seconds_between(out.get("deadline"), out.get("estimated_finish"))
     out["seconds_late"] = late
+    out["verdict"] = finish_verdict(late)
     return out
+
+
+def finish_verdict(seconds_late: float | None) -> dict[str, str]:
+    """How the estimated finish stands against the deadline, as the page prints it.
+
+    ``state``: ``none`` (no estimate yet: the tracker has not run, or could not estimate, e.g. no
+    GPU phase running), ``late``, ``early`` or ``on_time`` (within half a minute, so the page never
+    prints "-0 min"). ``text``: the words, with whole minutes.
+    """
+    if seconds_late is None:
+        return {"state": "none", "text": "no estimate yet"}
+    minutes = round(abs(seconds_late) / 60)
+    if minutes == 0:
+        return {"state": "on_time", "text": "on time"}
+    if seconds_late > 0:
+        return {"state": "late", "text": f"{minutes:,} min late"}
+    return {"state": "early", "text": f"{minutes:,} min early"}
 
 
 def seconds_between(start: Any, end: Any) -> float | None:
