@@ -102,3 +102,121 @@ def test_a_miss_without_an_estimate_counts_from_the_deadline(tmp_path: Path) -> 
     layout = RunLayout(root, run_key_for("avsim_weekly", "manual__w49"))
     doc = json.loads(Path(missed_uri(layout.deadline_dir).removeprefix("file://")).read_text())
     assert 590 < doc["seconds_late"] < 700 and doc["latest_estimate"] is None
+
+
+# -- the manifest's deadline, found when the run is created -------------------------------------
+# The defect: a run triggered on Thursday 2026-12-03 15:35 with conf {"manifest": ...} got the
+# Deadline "run_after + 156 h" = 2026-12-10 03:35 in Airflow's Deadline panel, while its manifest
+# (and the avsim page) said 2026-12-06 18:00.
+THURSDAY = dt.datetime(2026, 12, 3, 15, 35, tzinfo=dt.UTC)
+SUNDAY = dt.datetime(2026, 12, 6, 18, 0, tzinfo=dt.UTC)
+
+
+def test_the_manifests_deadline_is_read_from_json_and_yaml() -> None:
+    import yaml
+
+    from avsim.deadline.reference import manifest_run_deadline
+    from avsim.manifest.sample import sample_manifest
+
+    doc = sample_manifest(50)
+    doc["run"]["deadline"] = "2026-12-06T19:00:00+01:00"
+    assert manifest_run_deadline(json.dumps(doc)) == SUNDAY
+    assert manifest_run_deadline(json.dumps(doc).encode()) == SUNDAY
+    # YAML with the run first (read up to the deadline only), and with the run after the cases.
+    assert manifest_run_deadline(yaml.safe_dump(doc, sort_keys=False)) == SUNDAY
+    assert manifest_run_deadline(yaml.safe_dump(doc, sort_keys=True)) == SUNDAY
+    # Deadlines elsewhere (a case's, the build's) are not the run's.
+    decoys = (
+        "cases:\n- run: {deadline: 2030-01-01T00:00:00Z}\n"
+        "run:\n  build: {deadline: 2031-01-01T00:00:00Z}\n  tags: [a, {deadline: x}]\n"
+        "  deadline: 2026-12-06T18:00:00Z\n"
+    )
+    assert manifest_run_deadline(decoys) == SUNDAY
+    assert manifest_run_deadline("run: {deadline: 2026-12-06T18:00:00Z}") == SUNDAY
+
+
+def test_a_manifest_without_a_valid_deadline_gives_none() -> None:
+    from avsim.deadline.reference import manifest_run_deadline
+
+    for text in (
+        "run:\n  name: x\ndeadline: 2026-12-06T18:00:00Z\n",  # not under run
+        "run: {deadline: 2026-12-06T18:00:00}",  # no time zone
+        '{"run": {"deadline": "sunday"}}',
+        "{not json: [",
+        "",
+        "- a list",
+    ):
+        assert manifest_run_deadline(text) is None, text
+
+
+class _Session:
+    """What ``_evaluate_with`` asks of the session: the run's (conf, run_after, logical_date)."""
+
+    def __init__(self, row: tuple[object, ...] | None) -> None:
+        self.row = row
+
+    def execute(self, _statement: object) -> _Session:
+        return self
+
+    def one_or_none(self) -> tuple[object, ...] | None:
+        return self.row
+
+
+def _write_manifest(tmp_path: Path, deadline: str) -> Path:
+    from avsim.manifest.sample import sample_manifest
+
+    doc = sample_manifest(20)
+    doc["run"]["deadline"] = deadline
+    target = tmp_path / "week.json"
+    target.write_text(json.dumps(doc))
+    return target
+
+
+def test_a_run_triggered_with_a_manifest_gets_the_manifests_deadline(tmp_path: Path) -> None:
+    """Through Airflow's own wrapper, as ``SerializedDAG._process_dagrun_deadline_alerts`` calls it."""
+    from airflow.serialization.definitions.deadline import SerializedReferenceModels
+
+    manifest = _write_manifest(tmp_path, "2026-12-06T18:00:00Z")
+    ref = SerializedReferenceModels.SerializedCustomReference(AvsimRunDeadline())
+    session = _Session(({"manifest": str(manifest)}, THURSDAY, None))
+    got = ref.evaluate_with(
+        session=session, interval=dt.timedelta(0), dag_id="avsim_weekly", run_id="manual__thu"
+    )
+    assert got == SUNDAY, "not run_after + 156 h (2026-12-10 03:35)"
+    graced = ref.evaluate_with(
+        session=session, interval=dt.timedelta(hours=1), dag_id="avsim_weekly", run_id="manual__thu"
+    )
+    assert graced == SUNDAY + dt.timedelta(hours=1)
+
+
+def test_the_conf_deadline_still_wins_over_the_manifests(tmp_path: Path) -> None:
+    manifest = _write_manifest(tmp_path, "2026-12-06T18:00:00Z")
+    conf = {"manifest": str(manifest), "deadline": "2026-12-05T12:00:00Z"}
+    got = AvsimRunDeadline()._evaluate_with(session=_Session((conf, THURSDAY, None)), dag_id="d", run_id="r")
+    assert got == dt.datetime(2026, 12, 5, 12, tzinfo=dt.UTC)
+
+
+def test_the_scheduled_run_reads_the_default_manifest_of_its_week(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    week = tmp_path / "2026-W49.json"
+    week.write_text(_write_manifest(tmp_path, "2026-12-06T18:00:00Z").read_text())
+    monkeypatch.setenv("AIRFLOW__AVSIM__DEFAULT_MANIFEST", str(tmp_path / "{iso_week}.json"))
+    got = AvsimRunDeadline()._evaluate_with(session=_Session(({}, MONDAY, MONDAY)), dag_id="d", run_id="r")
+    assert got == SUNDAY
+
+
+def test_without_a_readable_manifest_the_default_applies(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AIRFLOW__AVSIM__DEFAULT_MANIFEST", raising=False)
+    ref = AvsimRunDeadline(default_after_seconds=3600)
+    with caplog.at_level(logging.WARNING, logger="avsim.deadline.reference"):
+        missing = {"manifest": str(tmp_path / "nowhere.json")}
+        assert ref._evaluate_with(session=_Session((missing, THURSDAY, None)), dag_id="d", run_id="r") == (
+            THURSDAY + dt.timedelta(hours=1)
+        )
+        none_given = ref._evaluate_with(session=_Session(({}, THURSDAY, None)), dag_id="d", run_id="r")
+        assert none_given == THURSDAY + dt.timedelta(hours=1)
+    assert "could not read the deadline of manifest" in caplog.text
+    assert "no manifest to take the run's deadline from" in caplog.text

@@ -33,7 +33,9 @@ def test_a_tracker_document_without_an_estimated_finish_is_no_estimate(tmp_path:
     layout = _layout(tmp_path)
     target = Path(layout.deadline_latest.removeprefix("file://"))
     target.parent.mkdir(parents=True)
-    target.write_text(json.dumps({"at": "2026-12-01T10:00:00+00:00", "estimated_finish": None, "deadline": None}))
+    target.write_text(
+        json.dumps({"at": "2026-12-01T10:00:00+00:00", "estimated_finish": None, "deadline": None})
+    )
     doc = deadline(layout, "2026-12-06T18:00:00+00:00")
     assert doc["available"] and doc["seconds_late"] is None
     assert doc["deadline"] == "2026-12-06T18:00:00+00:00"

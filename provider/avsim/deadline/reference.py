@@ -1,19 +1,30 @@
 """The weekly run's deadline as an Airflow deadline reference (evaluated when the run is created).
 
-Airflow writes a run's ``Deadline`` row in the same transaction that creates the run (in the
-scheduler for a scheduled run, in the API server for a triggered one), from the reference and
-the alert's interval. Only what the ``dag_run`` row holds is known then: the manifest, which
-states the week's deadline, is read later by ``prepare``. Reading it here would put artifact-store
-I/O (a manifest of up to 64 MiB, on S3) inside the scheduler's run-creation transaction, so this
-reference does not. It takes:
+Airflow writes a run's ``Deadline`` row once, in the transaction that creates the run (in the
+scheduler for a scheduled run, in the API server for a triggered one: ``SerializedDAG.
+_process_dagrun_deadline_alerts``), from the reference and the alert's interval; nothing
+re-evaluates it later, and the Airflow UI's Deadline panel shows that row's ``deadline_time``.
+``prepare`` snapshots the manifest only after that, so the reference must find the manifest's
+``run.deadline`` itself. It takes, in order:
 
-- the run's conf ``deadline`` (ISO 8601 with a time zone) when whoever triggered the run gave
-  one: an engineer, or an automation that read the manifest's ``run.deadline`` first;
-- otherwise the run's ``run_after`` (Monday 06:00 for the scheduled run, the trigger time for a
-  triggered one) plus ``default_after_seconds`` (``[avsim] deadline_default_hours``).
+1. the run's conf ``deadline`` (ISO 8601 with a time zone) when whoever triggered the run gave one;
+2. the manifest's ``run.deadline``, read from the manifest the run will prepare (the conf's
+   ``manifest``, else ``[avsim] default_manifest`` with the run's ISO week, exactly as ``prepare``
+   resolves it). Only the ``run`` section is parsed (JSON: the document; YAML: events up to
+   ``run.deadline``, so a manifest whose ``run`` comes first is read no further), and nothing is
+   validated: an unreadable manifest, or one without a valid deadline, falls through to 3 with a
+   warning (``prepare`` then reports the manifest's problem);
+3. the run's ``run_after`` plus ``default_after_seconds`` (``[avsim] deadline_default_hours``).
 
-The manifest's own deadline is what the deadline tracker (:mod:`avsim.deadline.sensor`) compares
-its estimates with, from ``manifest/plan.json``; the tracker's documents carry both.
+Before 3 was the only fallback for a run triggered with just ``{"manifest": ...}``, its alert
+said ``run_after`` + 156 h (a Thursday trigger: the next Wednesday) while the manifest said Sunday.
+
+The cost of 2 is one read of the manifest (up to ``[avsim] max_manifest_bytes``) per run
+creation: in the API server for a triggered run, in the scheduler once a week for the scheduled
+one (a 10,000-case JSON manifest parses in well under a second).
+
+The manifest's own deadline is also what the deadline tracker (:mod:`avsim.deadline.sensor`)
+compares its estimates with, from ``manifest/plan.json``.
 
 Registered by the avsim plugin (``deadline_references``), which the scheduler and API server
 need to rebuild it from the serialized DAG.
@@ -45,28 +56,115 @@ def parse_conf_deadline(value: object) -> dt.datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
+def manifest_run_deadline(text: str | bytes) -> dt.datetime | None:
+    """``run.deadline`` of a manifest's text (JSON or YAML), without reading or validating the rest.
+
+    None when the text has no ``run.deadline`` that is an ISO 8601 date-time with a time zone.
+    """
+    import json
+
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    text = text.removeprefix("\ufeff")
+    if text.lstrip().startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = None  # flow-style YAML also starts with "{"
+        if isinstance(doc, dict):
+            run = doc.get("run")
+            return _as_deadline(run.get("deadline") if isinstance(run, dict) else None)
+    return _as_deadline(_yaml_run_deadline(text))
+
+
+def _as_deadline(value: object) -> dt.datetime | None:
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo is not None else None
+    return parse_conf_deadline(value)
+
+
+def _yaml_run_deadline(text: str) -> object:
+    """The scalar at ``run.deadline`` of a YAML document, reading its events only up to it."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    # One frame per open mapping or sequence: [is a mapping, its current key, next node is a key].
+    stack: list[list[Any]] = []
+
+    def value_done() -> None:
+        if stack and stack[-1][0]:
+            stack[-1][2] = True
+
+    try:
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+                stack.pop()
+                if [f[1] for f in stack] == ["run"]:
+                    return None  # the run section ended without a deadline
+                value_done()
+                continue
+            if not isinstance(event, yaml.NodeEvent):
+                continue
+            top: list[Any] = stack[-1] if stack else [False, None, False]
+            is_key = bool(top[0] and top[2])
+            if is_key and isinstance(event, yaml.ScalarEvent):
+                top[1], top[2] = event.value, False
+                continue
+            if not is_key and isinstance(event, yaml.ScalarEvent):
+                path = [f[1] if f[0] else "[]" for f in stack]
+                if path == ["run", "deadline"]:
+                    return event.value
+            if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+                if is_key:  # a complex key: never "run"
+                    top[1], top[2] = None, False
+                stack.append([isinstance(event, yaml.MappingStartEvent), None, True])
+            elif not is_key:
+                value_done()
+    except yaml.YAMLError:
+        return None
+    return None
+
+
+def manifest_deadline(source: str, max_bytes: int) -> dt.datetime | None:
+    """``run.deadline`` of the manifest at ``source`` (a path or ObjectStoragePath URI), or None."""
+    from avsim.manifest.loader import _read
+
+    try:
+        return manifest_run_deadline(_read(source, max_bytes))
+    except Exception as exc:  # any failure to read: the run still gets a deadline
+        log.warning("could not read the deadline of manifest %s (%s); using the fallback", source, exc)
+        return None
+
+
 def run_deadline(
-    conf: dict[str, Any] | None, run_after: dt.datetime, default_after_seconds: float
+    conf: dict[str, Any] | None,
+    run_after: dt.datetime,
+    default_after_seconds: float,
+    manifest: dt.datetime | None = None,
 ) -> dt.datetime:
-    """The deadline of a run: its conf ``deadline`` when valid, else ``run_after`` plus the default."""
+    """The deadline of a run: its conf ``deadline`` when valid, else the manifest's (``manifest``),
+    else ``run_after`` plus the default."""
     raw = (conf or {}).get(CONF_KEY)
     parsed = parse_conf_deadline(raw)
     if raw is not None and parsed is None:
         log.warning(
             "dag run conf %s=%r is not an ISO 8601 date-time with a time zone (e.g. '2026-12-06T18:00:00Z'); "
-            "using run_after + %.0f s instead",
+            "using the manifest's deadline or run_after + %.0f s instead",
             CONF_KEY,
             raw,
             default_after_seconds,
         )
     if parsed is not None:
         return parsed.astimezone(dt.UTC)
+    if manifest is not None:
+        return manifest.astimezone(dt.UTC)
     return run_after + dt.timedelta(seconds=default_after_seconds)
 
 
 @dataclass(frozen=True)
 class AvsimRunDeadline(BaseDeadlineReference):
-    """The run's conf ``deadline``, else its ``run_after`` plus ``default_after_seconds``."""
+    """The run's conf ``deadline``, else its manifest's ``run.deadline``, else its ``run_after`` plus
+    ``default_after_seconds``."""
 
     default_after_seconds: float = 156 * 3600.0  # Monday 06:00 -> Sunday 18:00
 
@@ -85,12 +183,30 @@ class AvsimRunDeadline(BaseDeadlineReference):
         from sqlalchemy import select
 
         row = session.execute(
-            select(DagRun.conf, DagRun.run_after).where(
+            select(DagRun.conf, DagRun.run_after, DagRun.logical_date).where(
                 DagRun.dag_id == kwargs["dag_id"], DagRun.run_id == kwargs["run_id"]
             )
         ).one_or_none()
         if row is None:
             log.warning("no dag run %s/%s to take a deadline from", kwargs["dag_id"], kwargs["run_id"])
             return None
-        conf, run_after = row
-        return run_deadline(conf if isinstance(conf, dict) else None, run_after, self.default_after_seconds)
+        conf, run_after, logical_date = row
+        conf = conf if isinstance(conf, dict) else None
+        manifest = None
+        if parse_conf_deadline((conf or {}).get(CONF_KEY)) is None:
+            manifest = self._manifest_deadline(conf, logical_date or run_after)
+        return run_deadline(conf, run_after, self.default_after_seconds, manifest)
+
+    @staticmethod
+    def _manifest_deadline(conf: dict[str, Any] | None, when: dt.datetime | None) -> dt.datetime | None:
+        """The deadline of the manifest ``prepare`` will read for this run, or None."""
+        from avsim.dagbuild.tasks import manifest_source
+        from avsim.settings import load_settings
+
+        settings = load_settings()
+        try:
+            source = manifest_source(dict(conf or {}), settings, when)
+        except Exception as exc:  # no manifest given, or a refused location: prepare says why
+            log.warning("no manifest to take the run's deadline from (%s); using the fallback", exc)
+            return None
+        return manifest_deadline(source, settings.max_manifest_bytes)
