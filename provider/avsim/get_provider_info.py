@@ -25,6 +25,13 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "sensors": [{"integration-name": "avsim", "python-modules": ["avsim.deadline.sensor"]}],
+        "hooks": [{"integration-name": "avsim", "python-modules": ["avsim.hooks.airflow_api"]}],
+        "connection-types": [
+            {
+                "hook-class-name": "avsim.hooks.airflow_api.AirflowApiHook",
+                "connection-type": "avsim_airflow_api",
+            }
+        ],
         "triggers": [{"integration-name": "avsim", "python-modules": ["avsim.deadline.trigger"]}],
         "integrations": [
             {

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 from tests.support.airflow_run import query
 
-from avsim.deadline.actions import AirflowApiClient, ScalingError, ScalingPolicy, act, raise_gpu_pool
+from avsim.deadline.actions import ScalingPolicy, act, raise_gpu_pool
+from avsim.hooks.airflow_api import AirflowApiError, AirflowApiHook
 from avsim.stack import LocalStack
 
 pytestmark = pytest.mark.integration
@@ -69,7 +70,7 @@ def _slots(stack: LocalStack, pool: str) -> int:
 
 def test_raises_the_spot_pool_within_its_bound(api_stack: LocalStack, connection: str) -> None:
     policy = ScalingPolicy(api_conn_id=connection, max_gpu_slots=20)
-    client = AirflowApiClient(connection)
+    client = AirflowApiHook(connection)
     # 14 GPUs needed, 2 on demand: the spot pool goes from 8 to 12 slots.
     result = raise_gpu_pool(client, policy, 14)
     assert (result.outcome, result.before, result.after) == ("raised", 8, 12)
@@ -106,8 +107,8 @@ def test_wrong_credentials_and_missing_pools_are_reported(
             }
         ),
     )
-    with pytest.raises(ScalingError, match=r"refused the login of connection 'airflow_api_bad' \(HTTP 401\)"):
-        AirflowApiClient("airflow_api_bad").pool_slots("avsim_gpu_spot")
+    with pytest.raises(AirflowApiError, match=r"refused the login of connection 'airflow_api_bad' \(HTTP 401\)"):
+        AirflowApiHook("airflow_api_bad").pool_slots("avsim_gpu_spot")
     results = act(ScalingPolicy(api_conn_id=connection, max_gpu_slots=50, gpu_pool="avsim_gpu_missing"), 30)
     assert [(r.action, r.outcome) for r in results] == [("pool_slots", "failed")]
     assert "there is no pool 'avsim_gpu_missing'; create it with 'avsim pools sync'" in results[0].detail
@@ -115,10 +116,10 @@ def test_wrong_credentials_and_missing_pools_are_reported(
 
 def test_pool_names_with_odd_characters_are_quoted(api_stack: LocalStack, connection: str) -> None:
     api_stack.set_pools({"gpu spot/eu": (1, "odd name")})
-    client = AirflowApiClient(connection)
+    client = AirflowApiHook(connection)
     assert client.set_pool_slots("gpu spot/eu", 3) == 3
     assert _slots(api_stack, "gpu spot/eu") == 3
 
 
 def test_client_base_url_from_the_connection(api_stack: LocalStack, connection: str) -> None:
-    assert AirflowApiClient(connection).base_url == f"http://127.0.0.1:{api_stack.port}"
+    assert AirflowApiHook(connection).base_url == f"http://127.0.0.1:{api_stack.port}"

@@ -70,8 +70,24 @@ def test_summarize_counts_cases_that_never_ran_as_infrastructure(week) -> None:
     prepared = tasks.prepare_week(
         source=str(manifest), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__2"
     )
-    counts = tasks.summarize(prepared["shards"][2]["conf"], plan)
-    assert counts == {"cases": 1, "passed": 0, "scenario_failed": 0, "bad_input": 0, "infra_failed": 1}
+    from avsim.artifacts import RunLayout
+    from avsim.operators.exceptions import ShardNeedsAttention
+    from avsim.storage import read_json
+
+    conf = prepared["shards"][2]["conf"]
+    # A case that never ran needs attention: the summary is written, then the shard run fails.
+    with pytest.raises(ShardNeedsAttention, match=r"shard 3: 1 of 1 cases need attention \(infra_failed 1\)"):
+        tasks.summarize(conf, plan)
+    summary = read_json(RunLayout(conf["run"]["artifact_root"], conf["run"]["run_key"]).shard_summary(3))
+    assert summary["counts"] == {
+        "cases": 1,
+        "passed": 0,
+        "scenario_failed": 0,
+        "bad_build": 0,
+        "bad_input": 0,
+        "infra_failed": 1,
+        "preempted": 0,
+    }
 
 
 def test_no_manifest_for_the_scheduled_run_names_the_setting() -> None:

@@ -17,14 +17,11 @@ from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import ShardPlan, assign_families, cut_shards
 from avsim.settings import AvsimSettings
 from avsim.storage import exists, read_json, write_json
+from avsim.verdict import CASE_OUTCOMES, shard_verdict, week_verdict
 
 log = logging.getLogger(__name__)
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-#: Counts reported per shard and per week, in this order.
-CASE_OUTCOMES = ("passed", "scenario_failed", "bad_input", "infra_failed")
-
 
 def run_key_for(dag_id: str, run_id: str) -> str:
     return safe_key(f"{dag_id}__{run_id}")
@@ -296,6 +293,8 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
     for case in summary["cases"]:
         counts[case["outcome"]] = counts.get(case["outcome"], 0) + 1
     summary["counts"] = {"cases": len(summary["cases"]), **counts}
+    verdict = shard_verdict(summary)
+    summary["verdict"] = verdict.line()
     ledger.write_shard_summary(shard.index, summary)
     log.info("shard %d: %s", shard.index, summary["counts"])
     if exists(f"{layout.report_dir}/report.json"):
@@ -304,6 +303,13 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
         log.info("the week's report exists: refreshing it with shard %d's rerun", shard.index)
         head = read_json(layout.head_uri)
         write_week_report(run, list(head.get("run_phases", {})))
+    if verdict.needs_attention:
+        # The summary (and the report) are written: the shard run ends failed so the failure shows on
+        # the weekly run, and "Clear → Only failed" there reruns these cases (avsim.verdict).
+        from avsim.operators.exceptions import ShardNeedsAttention
+
+        raise ShardNeedsAttention(verdict.line())
+    log.info("%s", verdict.line())
     return dict(summary["counts"])
 
 
@@ -328,6 +334,70 @@ def write_week_report(run: dict[str, Any], run_phases: list[str]) -> dict[str, s
         generated_at=dt.datetime.now(dt.UTC),
         manifest_sha256=run.get("manifest_sha256"),
     )
+    verdict = week_verdict(
+        summaries,
+        not_started=int(report["totals"].get("missing") or 0),
+        stopped_because=_why_not_started(run),
+    )
+    report["verdict"] = verdict.to_json()
+    report["repairs"] = ledger.repairs()
     uris = write_report(layout, report)
     log.info("weekly report: %s", uris)
+    return uris
+
+
+def _why_not_started(run: dict[str, Any]) -> str:
+    """Why a week left cases unstarted: its build's breaker (which a failed canary gate opens), or not known."""
+    from avsim.ledger.breaker import Breaker
+
+    image = str(run.get("image", ""))
+    state = Breaker(str(run["artifact_root"]), image.rsplit("@", 1)[-1]).state()
+    if state.is_open:
+        return f"the circuit breaker of build {run.get('build_id')} is open: {state.reason}"
+    return "their shard runs were not started (the canary gate failed or the run was stopped)"
+
+
+def close_week(run: dict[str, Any]) -> dict[str, Any]:
+    """After the week's shard runs ended: give every shard run that never started a summary saying so.
+
+    A week stopped by the canary gate or an open breaker leaves shards without a summary; the
+    run-level phases take every shard's summary as input and the report counts every case, so both
+    then tell what ran, what never started, and why. Returns the counts.
+    """
+    from avsim.ledger.store import Ledger, unstarted_shard_summary
+    from avsim.plan.shards import CANARY_SHARD
+
+    layout = RunLayout(run["artifact_root"], run["run_key"])
+    ledger = Ledger(layout)
+    indices = ([CANARY_SHARD] if int(run.get("canary_count") or 0) else []) + list(
+        range(1, int(run.get("shard_count") or 0) + 1)
+    )
+    why = ""
+    closed = []
+    for index in indices:
+        if exists(layout.shard_summary(index)):
+            continue
+        why = why or _why_not_started(run)
+        shard = ShardPlan.from_json(read_json(layout.shard_cases(index)))
+        cases = [{**c, "graph": fam} for fam, entries in shard.by_family.items() for c in entries]
+        ledger.write_shard_summary(index, unstarted_shard_summary(index, cases, why))
+        closed.append(index)
+    if closed:
+        log.warning("%d shard runs never started (%s): %s", len(closed), why, closed)
+    return {"shards": len(indices), "never_started": len(closed), "why": why}
+
+
+def finish_week(run: dict[str, Any], run_phases: list[str]) -> dict[str, str]:
+    """The weekly run's last task: write the report, then fail the run when the week needs attention.
+
+    The report is written either way; the failure names the counts and the shards, or the build that
+    stopped the week, so the weekly run's state tells the truth (:mod:`avsim.verdict`).
+    """
+    uris = write_week_report(run, run_phases)
+    verdict = read_json(uris["json"]).get("verdict") or {}
+    if verdict.get("state", "passed") != "passed":
+        from avsim.operators.exceptions import WeekNeedsAttention
+
+        raise WeekNeedsAttention(f"week {run.get('iso_week')} (build {run.get('build_id')}): {verdict['line']}")
+    log.info("week %s: %s", run.get("iso_week"), verdict.get("line", ""))
     return uris

@@ -39,9 +39,14 @@ Trigger with **manifest** set to a path or URI of a weekly manifest (YAML or JSO
 scheduled run uses `[avsim] default_manifest`. `canary` runs a small share of the cases first;
 `canary_gate` fails (and nothing else starts) when too many of them crash on this build. The
 mapped `shards` task holds one map index per shard run, at most `[avsim] max_active_shards` at
-once (open *Triggered DAG* to see a shard's cases); failed phases are cleared in the shard run
-(*Clear* with *Only failed* and *Downstream*), then `report` here is cleared to refresh the
-weekly report.
+once (open *Triggered DAG* to see a shard's cases). A shard whose cases need attention
+(infrastructure failures after their retries, preemptions beyond the budget, bad input, a bad
+build) ends **failed**, its label says how many, and so does this run, after `report`; failed
+scenarios are results and stay green.
+
+**To rerun the failed cases**: *Clear* this run with *Only failed* (or clear the failed `shards`
+map indexes). Each cleared shard clears its shard run's failed phases, their downstream and its
+summary, waits for them, and `report` rewrites the weekly report.
 """
 
 
@@ -116,6 +121,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             conf={"run": run_xcom, "shard": CANARY_SHARD},
             shard=CANARY_SHARD,
             run=run_xcom,
+            airflow_api_conn_id=settings.airflow_api_conn_id,
             poke_interval=int(settings.shard_poll_seconds),
             priority_weight=plan.base_priority * 3,
         )
@@ -139,7 +145,9 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             poke_interval=int(settings.shard_poll_seconds),
             max_active_tis_per_dagrun=plan.max_active_shards,
             priority_weight=plan.base_priority * 2,
-            map_index_template="shard {{ task.shard }}",
+            # After the try: "shard 3 · 2 need attention" in the grid when the shard failed.
+            map_index_template="shard {{ task.shard }}{{ task.attention_label }}",
+            airflow_api_conn_id=settings.airflow_api_conn_id,
         ).expand_kwargs(shard_specs)
         gate >> shard_runs
 
@@ -164,12 +172,19 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                 trigger_rule="all_done_min_one_success",
                 **retry_kwargs(rp.retries, rp.retry_delay_seconds, 2.0, 3600),
             )
+        @task(task_id="close_week", trigger_rule="all_done", retries=2, priority_weight=plan.base_priority)
+        def close_week(run: dict[str, Any]) -> dict[str, Any]:
+            """Accounts for every shard: one that never started gets a summary saying so, and why."""
+            return tasks.close_week(run)
+
+        closed = close_week(run_xcom)
+        [shard_runs, canary] >> closed
         for rp in plan.run_phases:
             if rp.upstream:
                 for up in rp.upstream:
                     created[up] >> created[rp.name]
             else:
-                [shard_runs, canary] >> created[rp.name]
+                closed >> created[rp.name]
 
         @task(
             task_id="report",
@@ -178,10 +193,10 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             priority_weight=plan.base_priority,
         )
         def report(run: dict[str, Any]) -> dict[str, str]:
-            return tasks.write_week_report(run, [rp.name for rp in plan.run_phases])
+            return tasks.finish_week(run, [rp.name for rp in plan.run_phases])
 
         report_task = report(run_xcom)
-        [shard_runs, canary, tracker] >> report_task
+        [shard_runs, canary, tracker, closed] >> report_task
         for op in created.values():
             op >> report_task
     return dag

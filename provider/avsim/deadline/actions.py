@@ -3,10 +3,9 @@
 Both actions only ever raise capacity, never above their configured bounds, and each is off
 unless configured (``[avsim] deadline_*``):
 
-- **GPU pool slots** through Airflow's REST API (``PATCH /api/v2/pools/{name}``): workers have
-  no database access in Airflow 3. The API's address and credentials come from an Airflow
-  connection (``deadline_api_conn_id``: host with scheme, port, login and password, which get a
-  token from ``POST /auth/token``; or ``extra.token``, a ready token).
+- **GPU pool slots** through Airflow's REST API (``PATCH /api/v2/pools/{name}``, with
+  :class:`avsim.hooks.airflow_api.AirflowApiHook`): workers have no database access in Airflow 3.
+  The API's address and credentials come from an Airflow connection (``deadline_api_conn_id``).
 - **EKS managed node group desired size** through the amazon provider's ``EksHook``
   (``update_nodegroup_config``), raising the group's ``maxSize`` too when the new size needs it.
 
@@ -19,16 +18,14 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import asdict, dataclass
-from functools import cached_property
 from typing import Any
-from urllib.parse import quote
 
-from avsim.errors import AvsimError
+from avsim.hooks.airflow_api import AirflowApiError, AirflowApiHook
 
 log = logging.getLogger(__name__)
 
 
-class ScalingError(AvsimError):
+class ScalingError(AirflowApiError):
     """A scaling action could not be carried out."""
 
 
@@ -77,105 +74,12 @@ class ActionResult:
         return asdict(self)
 
 
-class AirflowApiClient:
-    """The few Airflow REST API calls the tracker makes, with credentials from an Airflow connection."""
-
-    def __init__(self, conn_id: str, timeout: float = 30.0) -> None:
-        self.conn_id = conn_id
-        self.timeout = timeout
-
-    @cached_property
-    def _connection(self) -> Any:
-        from airflow.sdk import BaseHook
-
-        return BaseHook.get_connection(self.conn_id)
-
-    @cached_property
-    def base_url(self) -> str:
-        conn = self._connection
-        host = (conn.host or "").rstrip("/")
-        if not host:
-            raise ScalingError(
-                f"connection {self.conn_id!r} has no host; set it to the Airflow API server's URL"
-            )
-        if "://" not in host:
-            host = f"{conn.schema or 'http'}://{host}"
-        if conn.port and host.count(":") < 2:
-            host = f"{host}:{conn.port}"
-        return host
-
-    @cached_property
-    def _client(self) -> Any:
-        import httpx
-
-        return httpx.Client(base_url=self.base_url, timeout=self.timeout, headers=self._auth_headers())
-
-    def _auth_headers(self) -> dict[str, str]:
-        import httpx
-
-        conn = self._connection
-        token = (conn.extra_dejson or {}).get("token")
-        if not token and conn.login:
-            resp = httpx.post(
-                f"{self.base_url}/auth/token",
-                json={"username": conn.login, "password": conn.password or ""},
-                timeout=self.timeout,
-            )
-            if resp.status_code >= 400:
-                raise ScalingError(
-                    f"the Airflow API at {self.base_url} refused the login of connection {self.conn_id!r} "
-                    f"(HTTP {resp.status_code}); check its login and password"
-                )
-            token = resp.json()["access_token"]
-        return {"Authorization": f"Bearer {token}"} if token else {}
-
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        resp = self._client.request(method, path, **kwargs)
-        if resp.status_code >= 400:
-            raise ScalingError(
-                f"{method} {self.base_url}{path} answered HTTP {resp.status_code}: {resp.text[:300]}"
-            )
-        return resp.json()
-
-    def pool(self, name: str) -> dict[str, Any] | None:
-        """A pool as the API returns it (name, slots, description, include_deferred, ...); None if absent."""
-        resp = self._client.get(f"/api/v2/pools/{quote(name, safe='')}")
-        if resp.status_code == 404:
-            return None
-        if resp.status_code >= 400:
-            raise ScalingError(
-                f"GET pool {name!r} at {self.base_url} answered HTTP {resp.status_code}: {resp.text[:300]}"
-            )
-        return dict(resp.json())
-
-    def pool_slots(self, name: str) -> int | None:
-        """A pool's slots, None when there is no such pool."""
-        pool = self.pool(name)
-        return None if pool is None else int(pool["slots"])
-
-    def set_pool_slots(self, name: str, slots: int) -> int:
-        """Change only a pool's slots (the API validates a whole pool body; the mask applies slots alone)."""
-        current = self.pool(name)
-        if current is None:
-            raise ScalingError(f"there is no pool {name!r}; create it with 'avsim pools sync'")
-        body = {
-            "pool": name,
-            "slots": slots,
-            "description": current.get("description"),
-            "include_deferred": bool(current.get("include_deferred")),
-        }
-        doc = self._call(
-            "PATCH", f"/api/v2/pools/{quote(name, safe='')}", params={"update_mask": "slots"}, json=body
-        )
-        return int(doc["slots"])
-
-
 def spot_gpus_wanted(gpus_needed: int, on_demand_gpus: int) -> int:
     """GPUs the spot pool (and its node group) must hold: what the on-demand pool does not cover."""
     return max(0, gpus_needed - max(0, on_demand_gpus))
 
 
-def raise_gpu_pool(client: AirflowApiClient, policy: ScalingPolicy, gpus_needed: int) -> ActionResult:
+def raise_gpu_pool(client: AirflowApiHook, policy: ScalingPolicy, gpus_needed: int) -> ActionResult:
     """Raise the GPU spot pool's slots toward the GPUs needed, at most to ``max_gpu_slots``."""
     before = client.pool_slots(policy.gpu_pool)
     if before is None:
@@ -240,13 +144,13 @@ def scale_node_group(
 
 
 def act(
-    policy: ScalingPolicy, gpus_needed: int, *, api: AirflowApiClient | None = None, eks_hook: Any = None
+    policy: ScalingPolicy, gpus_needed: int, *, api: AirflowApiHook | None = None, eks_hook: Any = None
 ) -> list[ActionResult]:
     """Run the configured actions; a failing action is reported (``failed``), the others still run."""
     results: list[ActionResult] = []
     on_demand = 0
     if policy.pool_enabled:
-        client = api or AirflowApiClient(policy.api_conn_id)
+        client = api or AirflowApiHook(policy.api_conn_id)
         try:
             on_demand = client.pool_slots(policy.on_demand_pool) or 0
             results.append(raise_gpu_pool(client, policy, gpus_needed))

@@ -21,7 +21,7 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from avsim.deadline.actions import ActionResult, AirflowApiClient, ScalingPolicy, act
+from avsim.deadline.actions import ActionResult, ScalingPolicy, act
 from avsim.deadline.tracking import (
     WINDOW_TASKS,
     ExecutionApiCounts,
@@ -33,6 +33,7 @@ from avsim.deadline.tracking import (
 )
 from avsim.deadline.trigger import DeadlineTrackerTrigger
 from avsim.errors import AvsimError
+from avsim.hooks.airflow_api import AirflowApiHook
 
 
 class DeadlineTrackerError(AvsimError):
@@ -121,7 +122,7 @@ class DeadlineTrackerSensor(BaseSensorOperator):
         if not policy.api_conn_id:
             return 0
         try:
-            client = AirflowApiClient(policy.api_conn_id)
+            client = AirflowApiHook(policy.api_conn_id)
             return sum(client.pool_slots(p) or 0 for p in (policy.gpu_pool, policy.on_demand_pool))
         except Exception as exc:  # the estimate still works from the GPUs in use
             self.log.warning("could not read the GPU pools' slots through the API: %s", exc)

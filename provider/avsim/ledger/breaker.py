@@ -137,6 +137,28 @@ class Breaker:
             log.error("circuit breaker OPEN for build %s (%s)", self.build_id or self.digest, self.digest)
         return bool(tripped)
 
+    def trip(self, reason: str) -> bool:
+        """Open the breaker now (the canary gate decided the build is bad). True when this call opened it.
+
+        Attempts of this build that have not started then fail fast as ``bad_build``/``breaker_open``;
+        ``avsim breaker reset`` closes it. Works whether or not the run's sliding window is enabled.
+        """
+        tripped: list[bool] = []
+
+        def open_(doc: Any | None) -> dict[str, Any]:
+            tripped.clear()
+            doc = dict(doc) if isinstance(doc, dict) else self._empty()
+            if doc.get("state", CLOSED) != OPEN:
+                doc.update(state=OPEN, opened_at=_now(), trips=int(doc.get("trips", 0)) + 1, reason=reason)
+                tripped.append(True)
+            doc["updated_at"] = _now()
+            return doc
+
+        self.documents.update(self.uri, open_)
+        if tripped:
+            log.error("circuit breaker OPEN for build %s (%s): %s", self.build_id or self.digest, self.digest, reason)
+        return bool(tripped)
+
     def reset(self, by: str = "") -> dict[str, Any]:
         """Close the breaker and empty its window (``avsim breaker reset``)."""
 

@@ -2,7 +2,8 @@
 
 Layout (see :mod:`avsim.artifacts`): one record per attempt at ``ledger/attempts/<case>/<phase>/<n>.json``,
 the current attempt of a (case, phase) at ``ledger/current/<case>/<phase>.json``, its committed outcome at
-``ledger/outcomes/<case>/<phase>.json``, a shard's summary at ``ledger/shards/<k>/result.json``.
+``ledger/outcomes/<case>/<phase>.json``, a shard's summary at ``ledger/shards/<k>/result.json``,
+the repairs in place of failed shard runs at ``ledger/repairs/<k>-<parent try>.json``.
 
 Rules, enforced with compare-and-swap writes (:mod:`avsim.ledger.documents`), so they hold whichever
 machines the writers run on:
@@ -249,6 +250,19 @@ class Ledger:
         found = [d for d in docs if isinstance(d, dict)]
         return sorted(found, key=lambda d: int(d.get("shard", 0)))
 
+    # -- repairs in place ---------------------------------------------------------------------------
+    def record_repair(self, shard: int, parent_try: int, doc: dict[str, Any]) -> str:
+        """Record that a cleared ``shards`` task (try ``parent_try``) cleared its failed shard run."""
+        uri = f"{self.layout.ledger}/repairs/{shard:05d}-{parent_try:03d}.json"
+        self._write(uri, doc)
+        return uri
+
+    def repairs(self) -> list[dict[str, Any]]:
+        """Every repair in place of this run, oldest first."""
+        paths = self._list(f"{self.layout.ledger}/repairs", "*.json")
+        docs = [d for d in self._map(lambda p: _read_path(p), paths) if isinstance(d, dict)]
+        return sorted(docs, key=lambda d: (str(d.get("at", "")), int(d.get("shard", 0))))
+
     def phase_states(
         self, keys: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], tuple[OutcomeRecord | None, list[AttemptRecord]]]:
@@ -337,3 +351,25 @@ def summarize_shard(ledger: Ledger, shard: int, cases: list[dict[str, Any]]) -> 
             }
         )
     return {"shard": shard, "cases": out}
+
+
+def unstarted_shard_summary(shard: int, cases: list[dict[str, Any]], why: str) -> dict[str, Any]:
+    """The summary of a shard run the week never started: every case ``not_started``, and why.
+
+    Written in place of the shard's summary after the week's shards ended, so the run-level phases
+    and the report account for every case of a stopped week; a shard run started later (after a
+    repair) replaces it with its own summary.
+    """
+    from avsim.verdict import NOT_STARTED
+
+    return {
+        "shard": shard,
+        "started": False,
+        "stopped_because": why,
+        "verdict": f"shard {shard}: never started ({why})",
+        "cases": [
+            {"case_id": str(c["case_id"]), "graph": c.get("graph", ""), "outcome": NOT_STARTED, "phases": {}}
+            for c in cases
+        ],
+        "counts": {"cases": len(cases), NOT_STARTED: len(cases)},
+    }

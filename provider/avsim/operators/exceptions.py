@@ -85,6 +85,19 @@ class CanaryGateFailed(AirflowFailException):
     """The canary's crash and bad-build rate passed the threshold: the rest of the week is not started."""
 
 
+class ShardNeedsAttention(AirflowFailException):
+    """A shard run's cases ended with failures an engineer must look at (:mod:`avsim.verdict`): the
+    summary is written; the shard run, and its map index in the weekly run, end failed."""
+
+
+class WeekNeedsAttention(AirflowFailException):
+    """The week's report is written, but cases need attention or never started: the weekly run fails."""
+
+
+class RepairFailed(AirflowFailException):
+    """A cleared ``shards`` task could not clear its shard run's failed task instances."""
+
+
 #: The exception raised for an attempt that ended with ``detail`` (see the backends' classifiers).
 DETAIL_EXCEPTIONS: dict[str, type[Exception]] = {
     "oom": OutOfMemory,

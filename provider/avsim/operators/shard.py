@@ -16,14 +16,24 @@ class ShardRunOperator(TriggerDagRunOperator):
     Mapped over the week's shards with ``max_active_tis_per_dagrun`` = W, it is the week's
     window: a shard run is only created when one of the W before it has ended, so queued
     shard runs and their waiting triggers never pile up, however many shards the week has.
-    A retry (or a cleared task) finds its shard run already there and only waits for it:
-    shard runs are never reset, so nothing a shard did is lost. Returns the shard's counts.
+    Returns the shard's counts; fails with the shard's verdict (:mod:`avsim.verdict`) when the
+    shard run failed because cases need attention, and its map index label says how many.
+
+    A retry or a cleared task finds its shard run already there. Shard runs are never reset,
+    so nothing a shard did is lost: when the shard run failed, the task first **repairs it in
+    place**: through the Airflow REST API (``airflow_api_conn_id``) it clears the shard run's
+    failed task instances with their downstream (the failed phases of the failed cases, then
+    ``summarize``) and the weekly run's ``report``, records the repair in the ledger, and waits
+    again. So one "Clear → Only failed" on the weekly run reruns exactly the failed cases of
+    every failed shard and refreshes the report (docs/design.md).
     """
 
     template_fields: Sequence[str] = (*TriggerDagRunOperator.template_fields, "shard", "run")
     ui_color = "#f3e4d8"
 
-    def __init__(self, *, shard: Any, run: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *, shard: Any, run: Any, airflow_api_conn_id: str = "avsim_airflow_api", **kwargs: Any
+    ) -> None:
         kwargs.setdefault("wait_for_completion", True)
         kwargs.setdefault("deferrable", True)
         kwargs.setdefault("reset_dag_run", False)
@@ -35,6 +45,9 @@ class ShardRunOperator(TriggerDagRunOperator):
         super().__init__(**kwargs)
         self.shard = shard
         self.run = run
+        self.airflow_api_conn_id = airflow_api_conn_id
+        #: Appended to the map index label when the shard needs attention (" · 2 need attention").
+        self.attention_label = ""
 
     def execute(self, context: Any) -> Any:
         if int(self.shard) == 0 and not int(self.run.get("canary_count") or 0):
@@ -56,10 +69,15 @@ class ShardRunOperator(TriggerDagRunOperator):
         if base is not None:
             self.logical_date = base + dt.timedelta(microseconds=int(self.shard))
         run_id = str(self.trigger_run_id)
-        if context["ti"].get_dr_count(dag_id=self.trigger_dag_id, run_ids=[run_id]):
+        ti = context["ti"]
+        if ti.get_dr_count(dag_id=self.trigger_dag_id, run_ids=[run_id]):
             from airflow.providers.standard.triggers.external_task import DagStateTrigger
 
-            self.log.info("shard run %s exists (a retry or a cleared task): waiting for it", run_id)
+            state = ti.get_dagrun_state(dag_id=self.trigger_dag_id, run_id=run_id)
+            if state in self.failed_states:
+                self._repair_in_place(context, run_id)
+            else:
+                self.log.info("shard run %s exists (%s): waiting for it", run_id, state)
             self.defer(
                 trigger=DagStateTrigger(
                     dag_id=self.trigger_dag_id,
@@ -86,11 +104,87 @@ class ShardRunOperator(TriggerDagRunOperator):
                 "or start a run with a fixed build"
             )
 
+    def _repair_in_place(self, context: Any, run_id: str) -> None:
+        """Clear the failed shard run's failed task instances (and their downstream) and the weekly
+        run's report, through the REST API; record the repair in the ledger."""
+        import datetime as dt
+
+        from avsim.hooks.airflow_api import AirflowApiError, AirflowApiHook
+        from avsim.ledger.store import Ledger
+        from avsim.operators.exceptions import RepairFailed
+
+        ti = context["ti"]
+        parent = context["dag_run"]
+        note = f"repaired in place by {ti.dag_id} {parent.run_id} {ti.task_id}[{self.shard}] (try {ti.try_number})"
+        hook = AirflowApiHook(self.airflow_api_conn_id)
+        try:
+            cleared = hook.clear_task_instances(
+                self.trigger_dag_id, run_id, only_failed=True, include_downstream=True, note=note[:1000]
+            )
+            # The week's report must be written again after every shard: a clear of selected map
+            # indexes leaves it alone (it may even have succeeded before a shard failed for good).
+            hook.clear_task_instances(
+                ti.dag_id,
+                parent.run_id,
+                only_failed=False,
+                include_downstream=False,
+                task_ids=["report"],
+                reset_dag_runs=False,
+            )
+        except AirflowApiError as exc:
+            raise RepairFailed(
+                f"shard run {run_id} failed and could not be repaired in place: {exc}. Check the Airflow "
+                f"connection {self.airflow_api_conn_id!r} ([avsim] airflow_api_conn_id), or clear the shard "
+                "run's failed task instances yourself (docs/operations.md, runbook 2), then clear this task"
+            ) from None
+        tasks = sorted({(str(t["task_id"]), int(t.get("map_index", -1))) for t in cleared})
+        self.log.warning(
+            "shard run %s had failed: cleared %d of its task instances (failed phases, their downstream, "
+            "summarize) and the weekly report; waiting for it again",
+            run_id,
+            len(tasks),
+        )
+        layout = RunLayout(self.run["artifact_root"], self.run["run_key"])
+        Ledger(layout).record_repair(
+            int(self.shard),
+            int(ti.try_number),
+            {
+                "shard": int(self.shard),
+                "shard_run_id": run_id,
+                "parent_run_id": parent.run_id,
+                "parent_try": int(ti.try_number),
+                "at": dt.datetime.now(dt.UTC).isoformat(),
+                "cleared": len(tasks),
+                "task_instances": [list(t) for t in tasks[:200]],
+            },
+        )
+
     def execute_complete(self, context: Any, event: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-        super().execute_complete(context, event)  # raises when the shard run failed
-        from avsim.storage import read_json
+        from avsim.storage import exists, read_json
+        from avsim.verdict import shard_verdict
 
         layout = RunLayout(self.run["artifact_root"], self.run["run_key"])
+        _, data = event
+        run_id = (data.get("run_ids") or [str(self.trigger_run_id)])[0]
+        if data.get(run_id) in self.failed_states:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from avsim.operators.exceptions import ShardNeedsAttention
+
+            if not exists(layout.shard_summary(int(self.shard))):
+                raise AirflowFailException(
+                    f"shard run {run_id} failed before it wrote its summary: open it (Triggered DAG) to see "
+                    "which task failed, then clear this task to repair it in place"
+                )
+            verdict = shard_verdict(read_json(layout.shard_summary(int(self.shard))))
+            if not verdict.needs_attention:
+                raise AirflowFailException(
+                    f"shard run {run_id} failed though its summary names no case that needs attention "
+                    f"({verdict.line()}): open it to see which task failed, then clear this task"
+                )
+            self.attention_label = verdict.label
+            raise ShardNeedsAttention(f"{verdict.line()} (shard run {run_id})")
+        super().execute_complete(context, event)  # raises for any other state it does not allow
         summary = read_json(layout.shard_summary(int(self.shard)))
         counts = dict(summary.get("counts") or {})
         self.log.info("shard %s finished: %s", self.shard, counts)

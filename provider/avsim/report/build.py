@@ -23,9 +23,18 @@ from typing import Any
 
 from avsim.artifacts import RunLayout
 from avsim.report.cases import ENDED, case_row, parse_time
+from avsim.verdict import NOT_STARTED, failing_phase
 
 #: Case-level outcomes, in the order totals list them.
-CASE_OUTCOMES = ("passed", "scenario_failed", "bad_input", "infra_failed", "preempted", "bad_build")
+CASE_OUTCOMES = (
+    "passed",
+    "scenario_failed",
+    "bad_input",
+    "infra_failed",
+    "preempted",
+    "bad_build",
+    NOT_STARTED,
+)
 #: Phase-level outcomes, in the order tables list them.
 PHASE_OUTCOMES = (*CASE_OUTCOMES, "upstream_failed", "not_run")
 #: Phase outcomes that carry a duration worth counting (the phase ran and ended).
@@ -92,21 +101,6 @@ def duration_stats(values: Iterable[float]) -> dict[str, float | int]:
         "p95": round(percentile(v, 0.95), 3),
         "max": round(v[-1], 3),
     }
-
-
-def failing_phase(case: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The phase that gave a failed case its outcome: the first one in phase order with that outcome."""
-    phases: Mapping[str, Any] = case.get("phases") or {}
-    outcome = case.get("outcome")
-    if outcome == "infra_failed":
-        wanted: tuple[str, ...] = ("infra_failed", "not_run", "upstream_failed")
-    else:
-        wanted = (str(outcome),)
-    for target in wanted:  # an infra failure beats the not-run phases it caused
-        for name, entry in phases.items():
-            if isinstance(entry, Mapping) and entry.get("outcome") == target:
-                return name, dict(entry)
-    return "", {}
 
 
 def build_report(
@@ -226,6 +220,7 @@ def write_report(layout: RunLayout, report: dict[str, Any]) -> dict[str, str]:
     from avsim.report.html import render_html
     from avsim.report.plots import PLOTS, render_plots
     from avsim.report.rerun import rerun_section
+    from avsim.report.timeline_source import week_timeline
     from avsim.storage import path
 
     folder = layout.report_dir
@@ -242,7 +237,14 @@ def write_report(layout: RunLayout, report: dict[str, Any]) -> dict[str, str]:
         doc["rerun"] = rerun_section(
             layout.root, str(rerun["of"]), report.get("build") or {}, rows, _read_text
         )
-    plots = render_plots(rows, run.get("case_count"), run.get("deadline"))
+    progress = week_timeline(
+        layout,
+        finished={str(r["case_id"]) for r in rows},
+        fallback_deadline=run.get("deadline"),
+        fallback_cases=run.get("case_count"),
+    )
+    doc["progress"] = progress.to_json()
+    plots = render_plots(rows, run.get("case_count"), run.get("deadline"), progress)
     doc["files"] = {"csv": "cases.csv", "plots": {k: v for k, v in PLOTS.items() if v in plots}}
     first = path(f"{folder}/cases.csv")
     if str(first.protocol) in ("file", "local"):

@@ -1,0 +1,1 @@
+"""Hooks: avsim's clients of external services, with credentials from Airflow connections."""

@@ -1,0 +1,189 @@
+"""The few Airflow REST API calls avsim makes itself, with credentials from an Airflow connection.
+
+Workers have no database access in Airflow 3, so what a task must change outside its own task
+instance goes through the public REST API (``/api/v2``), as an engineer's client would:
+
+- the deadline tracker raises a pool's slots (``PATCH /api/v2/pools/{name}``);
+- a cleared ``shards`` task repairs its failed shard run in place: it clears the shard run's failed
+  task instances and their downstream (``POST /api/v2/dags/{dag_id}/clearTaskInstances``).
+
+The connection (type ``avsim_airflow_api``, default id ``avsim_airflow_api``) holds the API server's
+URL (host with scheme, and port), and either a login and password, which get a token from
+``POST /auth/token`` (the simple and the FAB auth managers both serve it), or ``extra.token``, a
+ready token. With neither, it asks ``GET /auth/token``, which only the simple auth manager's
+all-admins mode (the demo's) answers. The least-privilege role is in docs/deployment.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+from urllib.parse import quote
+
+from airflow.sdk import BaseHook
+
+from avsim.errors import AvsimError
+
+
+class AirflowApiError(AvsimError):
+    """The Airflow REST API could not be reached, refused the login, or refused a call."""
+
+
+class AirflowApiHook(BaseHook):
+    """A small client of Airflow's public REST API. Nothing is read or sent before the first call."""
+
+    conn_name_attr = "airflow_api_conn_id"
+    default_conn_name = "avsim_airflow_api"
+    conn_type = "avsim_airflow_api"
+    hook_name = "avsim: Airflow REST API"
+
+    def __init__(self, airflow_api_conn_id: str = default_conn_name, timeout: float = 30.0) -> None:
+        super().__init__()
+        self.airflow_api_conn_id = airflow_api_conn_id
+        self.timeout = timeout
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["schema"],
+            "relabeling": {"host": "API server URL", "login": "User", "password": "Password"},
+            "placeholders": {
+                "host": "https://airflow.example.com",
+                "extra": '{"token": "<a ready JWT, instead of user and password>"}',
+            },
+        }
+
+    @property
+    def conn_id(self) -> str:
+        return self.airflow_api_conn_id
+
+    @cached_property
+    def _connection(self) -> Any:
+        return self.get_connection(self.airflow_api_conn_id)
+
+    @cached_property
+    def base_url(self) -> str:
+        conn = self._connection
+        host = (conn.host or "").rstrip("/")
+        if not host:
+            raise AirflowApiError(
+                f"connection {self.airflow_api_conn_id!r} has no host; set it to the Airflow API server's URL"
+            )
+        if "://" not in host:
+            host = f"{conn.schema or 'http'}://{host}"
+        if conn.port and host.count(":") < 2:
+            host = f"{host}:{conn.port}"
+        return host
+
+    @cached_property
+    def _client(self) -> Any:
+        import httpx
+
+        return httpx.Client(base_url=self.base_url, timeout=self.timeout, headers=self._auth_headers())
+
+    def _auth_headers(self) -> dict[str, str]:
+        import httpx
+
+        conn = self._connection
+        token = (conn.extra_dejson or {}).get("token")
+        if token:
+            return {"Authorization": f"Bearer {token}"}
+        try:
+            if conn.login:
+                resp = httpx.post(
+                    f"{self.base_url}/auth/token",
+                    json={"username": conn.login, "password": conn.password or ""},
+                    timeout=self.timeout,
+                )
+            else:  # the simple auth manager's all-admins mode hands out a token to anyone
+                resp = httpx.get(f"{self.base_url}/auth/token", timeout=self.timeout)
+        except httpx.HTTPError as exc:
+            raise AirflowApiError(
+                f"the Airflow API at {self.base_url} (connection {self.airflow_api_conn_id!r}) cannot be "
+                f"reached: {exc}"
+            ) from None
+        if resp.status_code >= 400:
+            how = "refused the login of" if conn.login else "gave no token without a login to"
+            raise AirflowApiError(
+                f"the Airflow API at {self.base_url} {how} connection {self.airflow_api_conn_id!r} "
+                f"(HTTP {resp.status_code}); check its login and password"
+            )
+        return {"Authorization": f"Bearer {resp.json()['access_token']}"}
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
+        try:
+            resp = self._client.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise AirflowApiError(f"{method} {self.base_url}{path} failed: {exc}") from None
+        if resp.status_code >= 400:
+            raise AirflowApiError(
+                f"{method} {self.base_url}{path} answered HTTP {resp.status_code}: {resp.text[:300]}"
+            )
+        return resp.json()
+
+    # -- pools ----------------------------------------------------------------------------------
+    def pool(self, name: str) -> dict[str, Any] | None:
+        """A pool as the API returns it (name, slots, description, include_deferred, ...); None if absent."""
+        resp = self._client.get(f"/api/v2/pools/{quote(name, safe='')}")
+        if resp.status_code == 404:
+            return None
+        if resp.status_code >= 400:
+            raise AirflowApiError(
+                f"GET pool {name!r} at {self.base_url} answered HTTP {resp.status_code}: {resp.text[:300]}"
+            )
+        return dict(resp.json())
+
+    def pool_slots(self, name: str) -> int | None:
+        """A pool's slots, None when there is no such pool."""
+        pool = self.pool(name)
+        return None if pool is None else int(pool["slots"])
+
+    def set_pool_slots(self, name: str, slots: int) -> int:
+        """Change only a pool's slots (the API validates a whole pool body; the mask applies slots alone)."""
+        current = self.pool(name)
+        if current is None:
+            raise AirflowApiError(f"there is no pool {name!r}; create it with 'avsim pools sync'")
+        body = {
+            "pool": name,
+            "slots": slots,
+            "description": current.get("description"),
+            "include_deferred": bool(current.get("include_deferred")),
+        }
+        doc = self._call(
+            "PATCH", f"/api/v2/pools/{quote(name, safe='')}", params={"update_mask": "slots"}, json=body
+        )
+        return int(doc["slots"])
+
+    # -- task instances -------------------------------------------------------------------------
+    def clear_task_instances(
+        self,
+        dag_id: str,
+        dag_run_id: str,
+        *,
+        only_failed: bool = True,
+        include_downstream: bool = True,
+        task_ids: Sequence[str | tuple[str, int]] | None = None,
+        reset_dag_runs: bool = True,
+        note: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Clear task instances of one DAG run (not a dry run); returns the ones the API cleared.
+
+        ``only_failed`` takes failed and upstream_failed task instances; ``include_downstream`` stays
+        per map index; ``reset_dag_runs`` queues the run again when it had finished; ``note`` is set
+        on every cleared task instance (the grid shows it)."""
+        body: dict[str, Any] = {
+            "dry_run": False,
+            "dag_run_id": dag_run_id,
+            "only_failed": only_failed,
+            "include_downstream": include_downstream,
+            "reset_dag_runs": reset_dag_runs,
+        }
+        if note is not None:
+            body["note"] = note
+        if task_ids is not None:
+            body["task_ids"] = [list(t) if isinstance(t, tuple) else t for t in task_ids]
+        doc = self._call("POST", f"/api/v2/dags/{quote(dag_id, safe='')}/clearTaskInstances", json=body)
+        return list(doc.get("task_instances") or [])

@@ -1,0 +1,191 @@
+"""Which endings need an engineer, and the one-line verdicts of a shard run and of a week.
+
+A case ends in one class (:class:`avsim.phases.contract.Outcome`). Passed cases and failed
+scenarios are the regression run's *results*: they never turn anything red. Every other ending
+needs attention: infrastructure failures after their budget, preemptions beyond both budgets, bad
+input, a bad build or an open breaker, and a phase that never ran because of one of them.
+
+- A **shard run** fails (its ``summarize`` task, after writing the summary) when one of its cases
+  needs attention; the parent's ``shards`` map index of that shard fails with the same line.
+- A **week** fails (its ``report`` task, after writing the report) when a case needs attention or
+  cases never started (the canary gate or the breaker stopped the week).
+
+Pure functions of the shard summaries (:func:`avsim.ledger.store.summarize_shard`): no Airflow here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from avsim.phases.contract import Outcome
+
+#: Case outcomes that are results, not problems.
+RESULTS = frozenset({Outcome.PASSED.value, Outcome.SCENARIO_FAILED.value})
+#: Case outcomes that need an engineer, most specific first (the order lines list them in).
+NEEDS_ATTENTION = (
+    Outcome.BAD_BUILD.value,
+    Outcome.BAD_INPUT.value,
+    Outcome.INFRA_FAILED.value,
+    Outcome.PREEMPTED.value,
+)
+#: Every case outcome, results first (the order counts list them in).
+CASE_OUTCOMES = (Outcome.PASSED.value, Outcome.SCENARIO_FAILED.value, *NEEDS_ATTENTION)
+#: A case of a shard the week never started (canary gate failed, breaker open).
+NOT_STARTED = "not_started"
+#: How many case/phase pairs a line names.
+EXAMPLES = 3
+
+
+def needs_attention(case_outcome: str) -> bool:
+    """Whether a case that ended with ``case_outcome`` needs an engineer (anything but a result)."""
+    return case_outcome not in RESULTS
+
+
+def failing_phase(case: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The phase that gave a failed case its outcome: the first one in phase order with that outcome."""
+    phases: Mapping[str, Any] = case.get("phases") or {}
+    outcome = case.get("outcome")
+    if outcome == Outcome.INFRA_FAILED.value:
+        wanted: tuple[str, ...] = (Outcome.INFRA_FAILED.value, "not_run", Outcome.UPSTREAM_FAILED.value)
+    else:
+        wanted = (str(outcome),)
+    for target in wanted:  # an infra failure beats the not-run phases it caused
+        for name, entry in phases.items():
+            if isinstance(entry, Mapping) and entry.get("outcome") == target:
+                return name, dict(entry)
+    return "", {}
+
+
+def _counted(counts: Mapping[str, int]) -> str:
+    order = [*NEEDS_ATTENTION, *sorted(set(counts) - set(NEEDS_ATTENTION))]
+    return ", ".join(f"{k} {counts[k]}" for k in order if counts.get(k))
+
+
+@dataclass(frozen=True)
+class ShardVerdict:
+    """A shard run's cases that need attention: their counts by class and the first few of them."""
+
+    shard: int
+    cases: int
+    counts: Mapping[str, int] = field(default_factory=dict)
+    #: (case id, failing phase) of the first cases that need attention, in the summary's order.
+    examples: tuple[tuple[str, str], ...] = ()
+    #: Cases of a shard run the week never started (their summary says why).
+    not_started: int = 0
+
+    @property
+    def attention(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def needs_attention(self) -> bool:
+        return self.attention > 0
+
+    @property
+    def label(self) -> str:
+        """A short suffix for the grid's map-index label: empty when nothing needs attention."""
+        return f" · {self.attention} need attention" if self.needs_attention else ""
+
+    def line(self) -> str:
+        """One line for a log or a failure message."""
+        if not self.needs_attention:
+            return f"shard {self.shard}: all {self.cases} cases ended with a result (passed or scenario_failed)"
+        shown = ", ".join(f"{case}/{phase or '?'}" for case, phase in self.examples)
+        more = f" and {self.attention - len(self.examples)} more" if self.attention > len(self.examples) else ""
+        return (
+            f"shard {self.shard}: {self.attention} of {self.cases} cases need attention "
+            f"({_counted(self.counts)}): {shown}{more}"
+        )
+
+
+def shard_verdict(summary: Mapping[str, Any]) -> ShardVerdict:
+    """The verdict of one shard summary (``{"shard", "cases": [{"case_id", "outcome", "phases"}]}``)."""
+    counts: dict[str, int] = {}
+    examples: list[tuple[str, str]] = []
+    cases = list(summary.get("cases") or [])
+    not_started = 0
+    for case in cases:
+        outcome = str(case.get("outcome", Outcome.INFRA_FAILED.value))
+        if outcome == NOT_STARTED:
+            not_started += 1
+            continue
+        if not needs_attention(outcome):
+            continue
+        counts[outcome] = counts.get(outcome, 0) + 1
+        if len(examples) < EXAMPLES:
+            examples.append((str(case.get("case_id")), failing_phase(case)[0]))
+    return ShardVerdict(int(summary.get("shard", 0)), len(cases), counts, tuple(examples), not_started)
+
+
+@dataclass(frozen=True)
+class WeekVerdict:
+    """A week's verdict: what needs attention across its shards, and whether it was stopped."""
+
+    shards: tuple[ShardVerdict, ...]
+    #: Cases the week never started, and why (empty when every case ran).
+    not_started: int = 0
+    stopped_because: str = ""
+
+    @property
+    def attention(self) -> int:
+        return sum(s.attention for s in self.shards)
+
+    @property
+    def needs_attention(self) -> bool:
+        return self.attention > 0 or self.not_started > 0
+
+    @property
+    def state(self) -> str:
+        if self.not_started:
+            return "stopped"
+        return "needs_attention" if self.attention else "passed"
+
+    def line(self) -> str:
+        counts: dict[str, int] = {}
+        for s in self.shards:
+            for k, v in s.counts.items():
+                counts[k] = counts.get(k, 0) + v
+        parts = []
+        if self.not_started:
+            parts.append(f"the week was stopped: {self.not_started} cases never started ({self.stopped_because})")
+        failed = [s for s in self.shards if s.needs_attention]
+        if failed:
+            named = ", ".join(str(s.shard) for s in failed[:8]) + (" …" if len(failed) > 8 else "")
+            parts.append(
+                f"{self.attention} cases need attention ({_counted(counts)}) in shard(s) {named}; "
+                "clear the weekly run's failed task instances (Clear → Only failed) to rerun them"
+            )
+        return "; ".join(parts) if parts else "every case ended with a result (passed or scenario_failed)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "line": self.line(),
+            "attention": self.attention,
+            "not_started": self.not_started,
+            "stopped_because": self.stopped_because,
+            "shards": {str(s.shard): dict(s.counts) for s in self.shards if s.needs_attention},
+        }
+
+
+def week_verdict(
+    summaries: Iterable[Mapping[str, Any]], *, not_started: int = 0, stopped_because: str = ""
+) -> WeekVerdict:
+    """The week's verdict from its shard summaries (a shard summarized twice counts once: the last).
+
+    ``not_started``: cases no summary covers; with the ``not_started`` cases of the summaries of shard
+    runs that never started (:func:`avsim.ledger.store.unstarted_shard_summary`), the week was stopped.
+    """
+    summaries = list(summaries)
+    by_shard = {int(s.get("shard", 0)): shard_verdict(s) for s in summaries}
+    never = max(0, not_started) + sum(v.not_started for v in by_shard.values())
+    why = stopped_because or next(
+        (str(s.get("stopped_because")) for s in summaries if s.get("stopped_because")), ""
+    )
+    return WeekVerdict(
+        tuple(by_shard[k] for k in sorted(by_shard)),
+        not_started=never,
+        stopped_because=why if never > 0 else "",
+    )
