@@ -3,22 +3,35 @@
 Prepares its own Airflow home (SQLite, LocalExecutor), writes a sample manifest, starts
 the scheduler, dag-processor, triggerer and api-server, triggers the weekly run, shows a
 progress bar of cases and phases, and prints where the report is and where the UI is.
+
+Ctrl-C, SIGTERM and SIGHUP all stop the stack in order; if the demo dies without stopping it
+(``kill -9``), the stack's watcher ends it (see :mod:`avsim.stack`). A stack still running on the
+home from an earlier demo is stopped before this one starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
+import signal
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from avsim import procwatch
 from avsim.errors import AvsimError
 from avsim.plan.model import ON_DEMAND_SUFFIX
-from avsim.stack import LocalStack
+from avsim.stack import LocalStack, StackRunning, owner_still_holds
 
 PARENT_DAG = "avsim_weekly"
+# Signals that end the demo as Ctrl-C does: a closed terminal, `timeout`, a supervisor, CI.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+TAKE_OVER_SECONDS = 90
 SHARD_DAG = f"{PARENT_DAG}_shard"
 FINISHED = ("success", "failed", "upstream_failed", "skipped", "removed")
 
@@ -112,27 +125,15 @@ def run_demo(
     timeout_seconds: float = 3 * 3600,
 ) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-    from rich.progress import Progress as Bar
 
-    from avsim.dagbuild.factory import load_plan
-    from avsim.manifest.sample import sample_manifest
     from avsim.settings import AvsimSettings
 
     console = Console()
     home = home.resolve()
-    dags, plugins = checkout_folder("dags"), checkout_folder("plugins")
-    settings = AvsimSettings(shard_size=shard_size, max_active_shards=max_active_shards)
-    plan = load_plan(dags / "avsim_graphs.yaml", settings)
-    manifest_path = home / "manifests" / "demo.json"
-    manifest_path.parent.mkdir(parents=True, exist_ok=True)
-    doc = sample_manifest(cases, crash_rate=crash_rate)
-    manifest_path.write_text(json.dumps(doc))
-    total_phases = sum(len(plan.family(c["graph"]).phases) for c in doc["cases"])
     stack = LocalStack(
         home=home,
-        dags_folder=dags,
-        plugins_folder=plugins,
+        dags_folder=checkout_folder("dags"),
+        plugins_folder=checkout_folder("plugins"),
         parallelism=16,
         extra_env={
             "AIRFLOW__AVSIM__SHARD_SIZE": str(shard_size),
@@ -140,56 +141,153 @@ def run_demo(
             "AIRFLOW__AVSIM__SHARD_POLL_SECONDS": "2",
         },
     )
+    with stops_like_ctrl_c():
+        try:
+            claim_home(stack, console.print)
+            return _run_week(
+                console,
+                stack,
+                settings=AvsimSettings(shard_size=shard_size, max_active_shards=max_active_shards),
+                cases=cases,
+                crash_rate=crash_rate,
+                exit_when_done=exit_when_done,
+                pools=demo_pools(gpus, cpus),
+                timeout_seconds=timeout_seconds,
+            )
+        finally:
+            ignore_stop_signals()
+            started = bool(stack.procs)
+            stack.stop()
+            if started:
+                console.print(f"stopped Airflow on {home}")
+
+
+def _run_week(
+    console: Any,
+    stack: LocalStack,
+    *,
+    settings: Any,
+    cases: int,
+    crash_rate: float,
+    exit_when_done: bool,
+    pools: dict[str, tuple[int, str]],
+    timeout_seconds: float,
+) -> int:
+    """On a claimed home: migrate, start the stack, trigger the week and show its progress to the end."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
+
+    from avsim.dagbuild.factory import load_plan
+    from avsim.manifest.sample import sample_manifest
+
+    home = stack.home
+    plan = load_plan(stack.dags_folder / "avsim_graphs.yaml", settings)
+    manifest_path = home / "manifests" / "demo.json"
+    manifest_path.parent.mkdir(parents=True, exist_ok=True)
+    doc = sample_manifest(cases, crash_rate=crash_rate)
+    manifest_path.write_text(json.dumps(doc))
+    total_phases = sum(len(plan.family(c["graph"]).phases) for c in doc["cases"])
+    with console.status("preparing the Airflow home and its database"):
+        stack.migrate()
+        stack.set_pools(pools)
+    with console.status("starting scheduler, dag-processor, triggerer and api-server"):
+        stack.start()
+        wait_for_dag(stack, PARENT_DAG)
+    run_id = f"demo__{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}"
+    stack.airflow(
+        "dags",
+        "trigger",
+        PARENT_DAG,
+        "--run-id",
+        run_id,
+        "--conf",
+        json.dumps({"manifest": str(manifest_path)}),
+    )
+    console.print(
+        f"triggered [bold]{PARENT_DAG}[/] run [bold]{run_id}[/]: {cases} cases, {total_phases} phases"
+    )
+    console.print(f"Airflow UI: {stack.api_url}/dags/{PARENT_DAG}/runs/{run_id}")
+    watcher = RunWatcher(
+        stack.conn, run_id, {f.group_id: f"{f.group_id}.{f.phases[-1].name}" for f in plan.families}
+    )
+    deadline = time.monotonic() + timeout_seconds
+    with Bar(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        t_cases = bar.add_task("cases ", total=cases)
+        t_phases = bar.add_task("phases", total=total_phases)
+        t_shards = bar.add_task("shards", total=None)
+        while True:
+            p = watcher.poll()
+            bar.update(t_cases, completed=p.cases_done)
+            bar.update(t_phases, completed=p.phases_done, description=f"phases ({p.failed} failed)")
+            bar.update(t_shards, completed=p.shards_done, total=p.shards_total or None)
+            if p.parent_state in ("success", "failed"):
+                break
+            if time.monotonic() > deadline:
+                raise AvsimError(
+                    f"the demo run did not finish within {timeout_seconds:.0f}s; see {home}/logs"
+                )
+            time.sleep(1)
+    return finish(console, stack, run_id, p, exit_when_done)
+
+
+@contextlib.contextmanager
+def stops_like_ctrl_c() -> Iterator[None]:
+    """Within: SIGTERM and SIGHUP raise KeyboardInterrupt, as Ctrl-C does (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in STOP_SIGNALS}
     try:
-        with console.status("preparing the Airflow home and its database"):
-            stack.migrate()
-            stack.set_pools(demo_pools(gpus, cpus))
-        with console.status("starting scheduler, dag-processor, triggerer and api-server"):
-            stack.start()
-            wait_for_dag(stack, PARENT_DAG)
-        run_id = f"demo__{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}"
-        stack.airflow(
-            "dags",
-            "trigger",
-            PARENT_DAG,
-            "--run-id",
-            run_id,
-            "--conf",
-            json.dumps({"manifest": str(manifest_path)}),
-        )
-        console.print(
-            f"triggered [bold]{PARENT_DAG}[/] run [bold]{run_id}[/]: {cases} cases, {total_phases} phases"
-        )
-        console.print(f"Airflow UI: {stack.api_url}/dags/{PARENT_DAG}/runs/{run_id}")
-        watcher = RunWatcher(
-            stack.conn, run_id, {f.group_id: f"{f.group_id}.{f.phases[-1].name}" for f in plan.families}
-        )
-        deadline = time.monotonic() + timeout_seconds
-        with Bar(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-        ) as bar:
-            t_cases = bar.add_task("cases ", total=cases)
-            t_phases = bar.add_task("phases", total=total_phases)
-            t_shards = bar.add_task("shards", total=None)
-            while True:
-                p = watcher.poll()
-                bar.update(t_cases, completed=p.cases_done)
-                bar.update(t_phases, completed=p.phases_done, description=f"phases ({p.failed} failed)")
-                bar.update(t_shards, completed=p.shards_done, total=p.shards_total or None)
-                if p.parent_state in ("success", "failed"):
-                    break
-                if time.monotonic() > deadline:
-                    raise AvsimError(
-                        f"the demo run did not finish within {timeout_seconds:.0f}s; see {home}/logs"
-                    )
-                time.sleep(1)
-        return finish(console, stack, run_id, p, exit_when_done)
+        yield
     finally:
-        stack.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def ignore_stop_signals() -> None:
+    """While the stack stops: a second SIGTERM or SIGHUP must not cut the orderly stop short."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def claim_home(stack: LocalStack, say: Callable[[str], object], timeout: float = TAKE_OVER_SECONDS) -> None:
+    """Claim the demo's home; a stack still running there is stopped first, never run alongside.
+
+    The earlier demo, if alive, gets SIGTERM and stops its stack in order; a dead one's watcher is
+    finishing and is waited for. Processes of the home left by anything else (found through their
+    ``AIRFLOW_HOME``) are ended once the home is ours.
+    """
+    deadline = time.monotonic() + timeout
+    told = False
+    while True:
+        try:
+            stack.claim()
+            break
+        except StackRunning as busy:
+            if not told:
+                told = True
+                say(f"{busy}; stopping it first ({busy.holder.get('api_url', 'no address')})")
+                if owner_still_holds(busy.holder):
+                    os.kill(int(busy.holder["owner"]), signal.SIGTERM)
+            if time.monotonic() > deadline:
+                raise AvsimError(f"{busy}, and it did not stop within {timeout:.0f}s") from None
+            time.sleep(0.5)
+    strays = procwatch.Targets(marks={f"AIRFLOW_HOME={stack.home}"})
+    spare = procwatch.ancestors(os.getpid())  # a shell that exported this AIRFLOW_HOME is not a stray
+    if left := strays.remaining(spare):
+        say(f"{len(left)} processes of an earlier Airflow stack still run on {stack.home}; stopping them")
+        procwatch.end(strays, exclude=spare)
 
 
 def wait_for_dag(stack: LocalStack, dag_id: str, timeout: float = 180) -> None:

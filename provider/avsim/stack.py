@@ -3,13 +3,19 @@
 :class:`LocalStack` prepares an Airflow home (config through ``AIRFLOW__*`` environment
 variables, so nothing global is touched), migrates the metadata database and runs the
 real components: scheduler, dag-processor, triggerer and api-server. Every process it
-starts is in its own process group and is stopped by :meth:`LocalStack.stop`.
+starts is in a session of its own and is stopped by :meth:`LocalStack.stop`.
+
+A stack claims its home first (:meth:`LocalStack.claim`): a lock on ``stack.lock`` in the home, so
+two stacks never run on one home (and its database), and a watcher process
+(:mod:`avsim.procwatch`) that ends every process of the stack, grandchildren included, when the
+stack is stopped or when the process that started it dies without stopping it.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -23,8 +29,45 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
+
+from avsim.procwatch import Watcher, alive, stat_fields
 
 COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
+LOCK_FILE = "stack.lock"
+# In the environment of every process of a stack (and everything they start): the watcher's mark.
+STACK_MARK = "AVSIM_STACK"
+
+
+class StackRunning(RuntimeError):
+    """Another stack holds this home; ``holder`` is what it wrote in the lock file (may be empty)."""
+
+    def __init__(self, home: Path, holder: Mapping[str, Any]) -> None:
+        self.home = home
+        self.holder = dict(holder)
+        who = f"process {holder['owner']}" if holder.get("owner") else "another process"
+        super().__init__(f"an Airflow stack started by {who} is running on {home}")
+
+
+def read_holder(lock_path: Path) -> dict[str, Any]:
+    """What the stack holding ``lock_path`` wrote there: owner and watcher pids, api url."""
+    try:
+        holder = json.loads(lock_path.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def owner_still_holds(holder: Mapping[str, Any]) -> bool:
+    """True when the owner named in ``holder`` is alive and still the parent of its watcher.
+
+    (A dead owner's pid may be reused; its watcher, re-parented, no longer names it.)
+    """
+    owner, watcher = holder.get("owner"), holder.get("watcher")
+    if not isinstance(owner, int) or not isinstance(watcher, int):
+        return False
+    fields = stat_fields(watcher)
+    return alive(owner) and fields is not None and fields[1] == owner
 
 
 def free_port() -> int:
@@ -48,6 +91,8 @@ class LocalStack:
     parallelism: int = 16
     extra_env: Mapping[str, str] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    watcher: Watcher | None = field(default=None, repr=False)
+    _lock: IO[str] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.home = Path(self.home).resolve()
@@ -101,12 +146,56 @@ class LocalStack:
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
             "AIRFLOW__AVSIM__ARTIFACT_ROOT": f"file://{self.home / 'artifacts'}",
+            # The REST API a cleared shards task repairs its shard run through (no login: the
+            # simple auth manager's all-admins mode; a stack with real users overrides it).
+            "AIRFLOW_CONN_AVSIM_AIRFLOW_API": json.dumps(
+                {"conn_type": "avsim_airflow_api", "host": "127.0.0.1", "port": self.port}
+            ),
             "PYTHONUNBUFFERED": "1",
+            STACK_MARK: self.mark_value,
         }
         if self.plugins_folder:
             env["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(self.plugins_folder)
         env.update(self.extra_env)
         return env
+
+    @property
+    def lock_path(self) -> Path:
+        return self.home / LOCK_FILE
+
+    @property
+    def mark_value(self) -> str:
+        return f"{self.home}:{os.getpid()}"
+
+    def claim(self) -> None:
+        """Lock the home for this stack and start its watcher; raise :class:`StackRunning` if taken.
+
+        Idempotent. The lock's descriptor is shared with the watcher, so the home stays locked until
+        the watcher has ended the stack's last process, even when this process died first.
+        """
+        if self.watcher is not None:
+            return
+        lock = open(self.lock_path, "a+")  # noqa: SIM115 - held for the stack's life
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise StackRunning(self.home, read_holder(self.lock_path)) from None
+        self.watcher = Watcher(pass_fds=(lock.fileno(),))
+        self.watcher.mark(f"{STACK_MARK}={self.mark_value}")
+        lock.truncate(0)
+        lock.write(json.dumps({"owner": os.getpid(), "watcher": self.watcher.pid, "api_url": self.api_url}))
+        lock.flush()
+        self._lock = lock
+
+    def release(self) -> None:
+        """End whatever of the stack is left (the watcher does it) and unlock the home."""
+        if self.watcher is not None:
+            self.watcher.close()
+            self.watcher = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     def airflow(
         self, *args: str, check: bool = True, timeout: float = 600
@@ -122,6 +211,7 @@ class LocalStack:
         )
 
     def migrate(self) -> None:
+        self.claim()
         self.airflow("db", "migrate")
 
     def set_pools(self, pools: Mapping[str, tuple[int, str]], *, include_deferred: bool = True) -> None:
@@ -138,6 +228,8 @@ class LocalStack:
         self.airflow("pools", "import", str(path))
 
     def start(self, components: Iterable[str] = COMPONENTS) -> None:
+        self.claim()
+        assert self.watcher is not None
         for name in components:
             if name in self.procs and self.procs[name].poll() is None:
                 continue
@@ -149,6 +241,7 @@ class LocalStack:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+            self.watcher.session(self.procs[name].pid)
         if "api-server" in self.procs:
             self.wait_for_api()
 
@@ -175,6 +268,7 @@ class LocalStack:
             proc.wait(timeout=30)
 
     def stop(self) -> None:
+        """Stop every component in order (SIGTERM, then SIGKILL after 20 s), then whatever they left."""
         for name in list(self.procs):
             proc = self.procs[name]
             if proc.poll() is None:
@@ -188,6 +282,7 @@ class LocalStack:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+        self.release()
 
     def __enter__(self) -> LocalStack:
         return self

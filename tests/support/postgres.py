@@ -2,7 +2,8 @@
 fresh database per stack copied from a template migrated once.
 
 Finds Debian's server binaries (/usr/lib/postgresql/<v>/bin). As root the server runs as the
-``postgres`` user (PostgreSQL refuses to run as root).
+``postgres`` user (PostgreSQL refuses to run as root). A watcher (:mod:`avsim.procwatch`) stops the
+server and removes its folder if the test process dies without doing it (pytest-timeout, CI).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from avsim.procwatch import Watcher
 from avsim.stack import free_port
 
 
@@ -48,6 +50,8 @@ class _Server:
 
     def __init__(self) -> None:
         self.top = Path(tempfile.mkdtemp(prefix="avsim-pg-"))
+        self.watcher = Watcher()
+        self.watcher.remove(self.top)
         self.data = self.top / "pgdata"
         self.data.mkdir()
         if os.geteuid() == 0:
@@ -79,6 +83,8 @@ class _Server:
             check=True,
             capture_output=True,
         )
+        # pg_ctl starts the server in a session of its own: SIGQUIT to its group is an immediate shutdown.
+        self.watcher.session(int((self.data / "postmaster.pid").read_text().split()[0]), "SIGQUIT")
         atexit.register(self.stop)
         self.databases = 0
         self.migrated = False
@@ -124,6 +130,7 @@ class _Server:
             _as_owner([_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"]), capture_output=True
         )
         shutil.rmtree(self.top, ignore_errors=True)
+        self.watcher.close()
 
 
 _server: _Server | None = None

@@ -1,0 +1,243 @@
+"""Nothing a stack starts outlives it: a watcher process per stack, and the ``/proc`` look-ups it uses.
+
+Each component of a :class:`avsim.stack.LocalStack` runs in a session of its own, so a Ctrl-C in the
+terminal reaches only the demo, which then stops them in order. The price is that nothing ends them
+when the process that started them dies any other way (``kill -9``, a test killed by its timeout).
+The watcher closes that gap: a small process in a session of its own, started by the stack's owner,
+reading a pipe whose write end only the owner holds. The owner tells it, one line each, what to end
+(``session SID SIGNAL``, ``mark NAME=VALUE``, ``remove PATH``); the pipe reaches end-of-file when
+the owner closes it or dies, however it dies. The watcher then sends each session's process group
+its stop signal, waits up to :data:`GRACE_SECONDS` for every member of those sessions and every
+process started with one of the marks in its environment to exit, kills what is left with SIGKILL,
+removes the paths, and exits.
+
+Sessions catch the grandchildren (LocalExecutor workers, task supervisors and task processes, which
+Airflow puts in process groups of their own but never in new sessions); the environment mark catches
+what left its session (a phase process, a CLI call that was running). Linux only: elsewhere the
+look-ups find nothing and only the process groups are signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GRACE_SECONDS = 20.0
+KILL_WAIT_SECONDS = 5.0
+
+
+def _pids() -> Iterator[int]:
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return
+    for name in names:
+        if name.isdigit():
+            yield int(name)
+
+
+def stat_fields(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, parent pid, process group, session) of a live process, from ``/proc/PID/stat``."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
+    rest = raw[raw.rfind(")") + 2 :].split()
+    return rest[0], int(rest[1]), int(rest[2]), int(rest[3])
+
+
+def environ_entries(pid: int) -> set[str]:
+    """The ``NAME=VALUE`` entries of the environment a process was started with (empty when unreadable)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return set()
+    return {entry.decode(errors="replace") for entry in raw.split(b"\0") if entry}
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, already dead and waiting for its parent, does not count)."""
+    fields = stat_fields(pid)
+    if fields is not None:
+        return fields[0] not in ("Z", "X")
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not sys.platform.startswith("linux")
+
+
+def ancestors(pid: int) -> set[int]:
+    """``pid``'s parent, its parent's parent, and so on up to init."""
+    found = set()
+    while (fields := stat_fields(pid)) is not None and fields[1] > 0 and fields[1] not in found:
+        pid = fields[1]
+        found.add(pid)
+    return found
+
+
+def marked_processes(marks: Iterable[str], exclude: Iterable[int] = ()) -> list[int]:
+    """Live processes started with one of ``marks`` (``NAME=VALUE``) in their environment."""
+    wanted = set(marks)
+    skip = {os.getpid(), *exclude}
+    if not wanted:
+        return []
+    return [pid for pid in _pids() if pid not in skip and wanted & environ_entries(pid) and alive(pid)]
+
+
+def session_processes(sessions: Iterable[int], exclude: Iterable[int] = ()) -> list[int]:
+    """Live processes in any of ``sessions``."""
+    wanted = set(sessions)
+    skip = {os.getpid(), *exclude}
+    found = []
+    for pid in _pids():
+        fields = stat_fields(pid)
+        if pid not in skip and fields and fields[3] in wanted and fields[0] not in ("Z", "X"):
+            found.append(pid)
+    return found
+
+
+def _signal(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+@dataclass
+class Targets:
+    """What one stack asked to be ended: sessions with their stop signal, environment marks, paths."""
+
+    sessions: dict[int, int] = field(default_factory=dict)
+    marks: set[str] = field(default_factory=set)
+    paths: list[str] = field(default_factory=list)
+
+    def add(self, line: str) -> None:
+        kind, _, value = line.strip().partition(" ")
+        if kind == "session":
+            sid, _, signame = value.partition(" ")
+            self.sessions[int(sid)] = int(getattr(signal, signame or "SIGTERM"))
+        elif kind == "mark":
+            self.marks.add(value)
+        elif kind == "remove":
+            self.paths.append(value)
+
+    def remaining(self, exclude: Iterable[int] = ()) -> list[int]:
+        return sorted({*session_processes(self.sessions, exclude), *marked_processes(self.marks, exclude)})
+
+
+def end(targets: Targets, *, grace: float = GRACE_SECONDS, exclude: Iterable[int] = ()) -> list[int]:
+    """Stop everything ``targets`` names: stop signals, ``grace`` seconds, then SIGKILL.
+
+    Returns the pids that had to be killed with SIGKILL.
+    """
+    skip = set(exclude)
+    for sid, sig in targets.sessions.items():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(sid, sig)
+    _signal(marked_processes(targets.marks, skip), signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while (left := targets.remaining(skip)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    killed = left
+    deadline = time.monotonic() + KILL_WAIT_SECONDS
+    while left and time.monotonic() < deadline:
+        for sid in targets.sessions:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(sid, signal.SIGKILL)
+        _signal(left, signal.SIGKILL)
+        time.sleep(0.1)
+        left = targets.remaining(skip)
+    for path in targets.paths:
+        shutil.rmtree(path, ignore_errors=True)
+    return killed
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop_now(signum: int, frame: object) -> None:
+    raise _Stop
+
+
+def watch(lines: Iterable[str], owner: int, grace: float = GRACE_SECONDS) -> list[int]:
+    """The watcher's life: collect targets until end-of-file (or SIGTERM), then end them (sparing the owner)."""
+    targets = Targets()
+    try:
+        for line in lines:
+            targets.add(line)
+    except _Stop:
+        pass
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return end(targets, grace=grace, exclude=(owner,))
+
+
+class Watcher:
+    """The owner's side: starts the watcher process and tells it what to end; :meth:`close` ends it all.
+
+    ``pass_fds``: descriptors the watcher keeps open until it has finished (a lock held on the
+    stack's home, so the home counts as busy until its last process is gone).
+    """
+
+    def __init__(self, grace: float = GRACE_SECONDS, pass_fds: Iterable[int] = ()) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "avsim.procwatch", str(grace)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+            pass_fds=tuple(pass_fds),
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _tell(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, ValueError):
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+
+    def session(self, sid: int, signame: str = "SIGTERM") -> None:
+        self._tell(f"session {sid} {signame}")
+
+    def mark(self, entry: str) -> None:
+        self._tell(f"mark {entry}")
+
+    def remove(self, path: str | Path) -> None:
+        self._tell(f"remove {path}")
+
+    def close(self, timeout: float = GRACE_SECONDS + KILL_WAIT_SECONDS + 10) -> None:
+        """End everything it was told about now, and wait for the watcher to finish."""
+        if self.proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=timeout)
+
+
+def main() -> None:
+    # Its own session already keeps terminal signals away, and only the pipe's end says when to act;
+    # SIGTERM (a machine shutting down, someone stopping it by hand) ends the targets at once.
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop_now)
+    owner = os.getppid()
+    grace = float(sys.argv[1]) if len(sys.argv) > 1 else GRACE_SECONDS
+    watch(sys.stdin, owner, grace)
+
+
+if __name__ == "__main__":
+    main()
