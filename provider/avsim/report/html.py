@@ -15,7 +15,7 @@ MAX_COMPARED_ROWS = 500
 #: Outcome cards shown even at zero; the rarer classes only when they occurred.
 _ALWAYS_SHOWN = ("passed", "scenario_failed", "bad_input", "infra_failed")
 _PLOT_CAPTIONS = {
-    "progress": "Cases finished over time",
+    "progress": "Cases finished over time against the planned pace and the deadline; GPUs busy",
     "durations": "Duration of each phase (box: quartiles, whiskers: 5th-95th percentile)",
     "failures": "Failed cases by class and failing phase",
 }
@@ -143,6 +143,27 @@ def _plots(files: Mapping[str, Any]) -> str:
         f'<figure><img src="{escape(name, quote=True)}" alt="{escape(_PLOT_CAPTIONS.get(key, key))}">'
         f"<figcaption>{escape(_PLOT_CAPTIONS.get(key, key))}</figcaption></figure>"
         for key, name in plots.items()
+    )
+
+
+def _progress_note(progress: Mapping[str, Any]) -> str:
+    """One line under the plots: finished against the planned pace, peak GPUs, and what they mean."""
+    if not progress or not progress.get("start"):
+        return ""
+    ahead = progress.get("ahead_by_cases")
+    pace = (
+        f" · planned pace by then {_fmt(progress.get('planned_by_now'))} "
+        f"({'ahead' if ahead >= 0 else 'behind'} by {_fmt(abs(ahead))} cases)"
+        if isinstance(ahead, int | float)
+        else ""
+    )
+    defs: Mapping[str, Any] = progress.get("definitions") or {}
+    meaning = "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in defs.items())
+    return (
+        f'<p class="note" id="progress-note">{escape(_fmt(progress.get("finished_cases")))} of '
+        f"{escape(_fmt(progress.get('planned_cases')))} cases finished at "
+        f"<code>{escape(_fmt(progress.get('now')))}</code>{escape(pace)} · "
+        f"at most {escape(_fmt(progress.get('peak_gpus')))} GPUs busy at once. {escape(meaning)}.</p>"
     )
 
 
@@ -310,6 +331,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         + "</p>",
         "<h2>Progress, durations, failures</h2>",
         _plots(report.get("files") or {}),
+        _progress_note(report.get("progress") or {}),
         "<h2>Compared with the previous week</h2>",
         _comparison(report),
         "<h2>Phase outcomes</h2>",

@@ -9,9 +9,12 @@ from __future__ import annotations
 import datetime as dt
 import io
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from avsim.report.cases import parse_time
+
+if TYPE_CHECKING:
+    from avsim.report.timeline import Timeline
 
 #: Outcome class -> colour (the same as the HTML page's).
 COLOURS = {
@@ -65,6 +68,42 @@ def progress_svg(
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
+    fig.autofmt_xdate()
+    return _svg(fig)
+
+
+def timeline_svg(timeline: Timeline) -> str | None:
+    """Cases finished against the planned pace and the deadline (top), GPUs busy (bottom)."""
+    if timeline.empty or not (timeline.finished or timeline.gpus_busy):
+        return None
+    plt = _pyplot()
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(9, 5.4), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
+    )
+    if timeline.finished:
+        xs, ys = zip(*timeline.finished, strict=True)
+        top.step(xs, ys, where="post", color=COLOURS["passed"], linewidth=1.6, label="cases finished")
+    if timeline.planned:
+        xs, ys = zip(*timeline.planned, strict=True)
+        top.plot(xs, ys, color="#5b6475", linestyle="--", linewidth=1, label="planned pace")
+    if timeline.planned_cases:
+        top.axhline(timeline.planned_cases, color="#b7bcc6", linewidth=0.8)
+    if timeline.deadline is not None:
+        for ax in (top, bottom):
+            ax.axvline(timeline.deadline, color=COLOURS["infra_failed"], linestyle=":", linewidth=1.4)
+        top.plot([], [], color=COLOURS["infra_failed"], linestyle=":", label="deadline")
+    top.set_ylabel("cases")
+    top.set_ylim(bottom=0)
+    top.grid(alpha=0.3)
+    top.legend(loc="upper left", fontsize=8)
+    if timeline.gpus_busy:
+        xs, gpus = zip(*timeline.gpus_busy, strict=True)
+        bottom.step(xs, gpus, where="post", color="#2f6fb0", linewidth=1.2)
+        bottom.fill_between(xs, gpus, step="post", color="#2f6fb0", alpha=0.2)
+    bottom.set_ylabel("GPUs busy")
+    bottom.set_xlabel("time (UTC)")
+    bottom.set_ylim(bottom=0)
+    bottom.grid(alpha=0.3)
     fig.autofmt_xdate()
     return _svg(fig)
 
@@ -140,11 +179,19 @@ def failures_svg(rows: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def render_plots(
-    rows: Sequence[Mapping[str, Any]], planned: int | None = None, deadline: str | None = None
+    rows: Sequence[Mapping[str, Any]],
+    planned: int | None = None,
+    deadline: str | None = None,
+    timeline: Timeline | None = None,
 ) -> dict[str, str]:
-    """File name -> SVG text of every plot there is data for."""
+    """File name -> SVG text of every plot there is data for.
+
+    With a ``timeline`` (from the ledger), the progress plot is :func:`timeline_svg`; without one,
+    cases finished from the rows' ``finished_at``.
+    """
+    progress = timeline_svg(timeline) if timeline is not None else None
     drawn = {
-        PLOTS["progress"]: progress_svg(rows, planned, deadline),
+        PLOTS["progress"]: progress or progress_svg(rows, planned, deadline),
         PLOTS["durations"]: durations_svg(rows),
         PLOTS["failures"]: failures_svg(rows),
     }
