@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from avsim.ui import files, pages, urls
 from avsim.ui.progress import DigestCache
+from avsim.ui.timeline import TimelineCache
 
 
 def _authenticated() -> Any:
@@ -68,6 +69,7 @@ def create_app() -> FastAPI:
     app.state.auth_dependency = auth
     guarded = [Depends(auth)]
     cache = DigestCache()
+    timelines = TimelineCache()
 
     def root() -> str:
         return str(_settings().resolved_artifact_root)
@@ -138,6 +140,7 @@ def create_app() -> FastAPI:
             cache=cache,
             offset=offset,
             limit=limit,
+            timelines=timelines,
         )
 
     @app.get("/dags/{dag_id}/runs/{run_id}", dependencies=guarded, response_class=HTMLResponse)

@@ -99,6 +99,7 @@ def progress_page(dag_id: str, run_id: str, api_url: str) -> str:
 <h2>Cases</h2><div class="cards" id="cases"></div>
 <h2>Done cases by class</h2><div class="cards" id="classes"></div>
 <h2>Phases</h2><div id="phases"></div>
+<h2>Progress over time</h2><div id="timeline"></div><p class="note" id="timeline-note"></p>
 <h2>GPU-hours and deadline</h2><div class="cards" id="budget"></div><p class="note" id="deadline-note"></p>
 <h2>Canary and breaker</h2><div id="guards"></div>
 <h2>Shards</h2><p id="shards"></p>
@@ -161,6 +162,13 @@ function render(d) {
   $("deadline-note").innerHTML = `deadline <code>${esc(dl.deadline)}</code> · ` + (dl.available && v.state !== "none"
     ? `estimated finish <code>${esc(dl.estimated_finish)}</code> (${verdict}) · action <code>${esc(dl.action)}</code> · as of <code>${esc(dl.at)}</code>`
     : `estimated finish: ${verdict}` + (dl.available ? ` · as of <code>${esc(dl.at)}</code>` : ` <span class="note">(${esc(dl.message)})</span>`)) + (g.spent_of_planned !== null ? ` · ${(100 * g.spent_of_planned).toFixed(1)}% of planned GPU-hours spent` : "");
+  const tl = d.timeline || {};
+  $("timeline").innerHTML = tl.available ? tl.svg : '<p class="note">No attempt has started yet.</p>';
+  $("timeline-note").innerHTML = tl.available ? `${num(tl.finished_cases)} of ${num(tl.planned_cases)} cases finished` +
+    (tl.planned_by_now !== null ? ` · planned pace by now ${num(tl.planned_by_now)} (${tl.ahead_by_cases >= 0
+      ? `<span class="ok">ahead by ${num(tl.ahead_by_cases)}</span>` : `<span class="warn">behind by ${num(-tl.ahead_by_cases)}</span>`})` : "") +
+    ` · at most ${num(tl.peak_gpus)} GPUs busy at once. Finished: ${esc(tl.definitions.finished)}; planned pace: ${esc(tl.definitions.planned)}.`
+    : esc(tl.message || "");
   const cn = d.canary, br = d.breaker;
   const canary = cn.available ? `<b class="${cn.state === "failed" ? "warn" : cn.state === "passed" ? "ok" : ""}" data-canary="${esc(cn.state)}">${esc(cn.state)}</b>
       (${num(cn.finished)} / ${num(cn.cases)} cases finished, failure rate ${esc(cn.rate)} against ${esc(cn.threshold)}) ${esc(cn.message || "")}`

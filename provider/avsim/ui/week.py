@@ -355,6 +355,17 @@ def _failed(
     return {"total": len(rows), "by_class": dict(by_class), "offset": offset, "limit": limit, "items": items}
 
 
+def _timeline(layout: RunLayout, cache: Any, deadline: Any, planned: int | None) -> dict[str, Any]:
+    """Progress over time from the ledger (:mod:`avsim.ui.timeline`); not available when unreadable."""
+    from avsim.ui.timeline import TimelineCache, timeline_doc
+
+    try:
+        found = (cache or TimelineCache(ttl=0)).get(layout, deadline, planned)
+    except Exception as exc:  # the ledger unreadable now: the rest of the page still shows
+        return {"available": False, "message": f"progress over time not available: {exc}"}
+    return {"available": not found.empty, **timeline_doc(found)}
+
+
 def week_progress(
     session: Session,
     ref: WeekRef,
@@ -365,6 +376,7 @@ def week_progress(
     offset: int = 0,
     limit: int = 50,
     now: dt.datetime | None = None,
+    timelines: Any = None,
 ) -> dict[str, Any]:
     """The page's document for the weekly run ``ref`` (see the module doc)."""
     now = now or dt.datetime.now(dt.UTC)
@@ -398,6 +410,7 @@ def week_progress(
     )
     shard_total = ref.descriptor.get("shard_count")
     return {
+        "timeline": _timeline(layout, timelines, head.get("deadline") or plan.get("deadline"), planned_cases),
         "schema": "avsim/progress/v1",
         "generated_at": now.isoformat(),
         "run": {

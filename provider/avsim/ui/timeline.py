@@ -1,0 +1,141 @@
+"""The run page's progress-over-time view: a compact SVG drawn on the server, no script, no CDN.
+
+The series come from :func:`avsim.report.timeline_source.week_timeline` (the ledger), as in the
+weekly report; here they are only drawn. :class:`TimelineCache` recomputes a run's timeline at
+most every :data:`REFRESH_SECONDS` (the page refreshes more often), and its span cache re-reads
+only new or still-running attempt records.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Sequence
+from html import escape
+from typing import Any
+
+from avsim.artifacts import RunLayout
+from avsim.report.timeline import Timeline
+from avsim.report.timeline_source import SpanCache, week_timeline
+
+REFRESH_SECONDS = 60.0
+WIDTH, HEIGHT = 720, 230
+#: Plot areas: cases on top, GPUs busy below, sharing the time axis.
+LEFT, RIGHT = 52, 12
+TOP_Y, TOP_H = 10, 120
+GPU_Y, GPU_H = 160, 50
+
+
+class TimelineCache:
+    """A run's latest timeline, recomputed at most every ``ttl`` seconds, per process."""
+
+    def __init__(self, ttl: float = REFRESH_SECONDS) -> None:
+        self.ttl = ttl
+        self.spans = SpanCache()
+        self._lock = threading.Lock()
+        self._items: dict[str, tuple[float, Timeline]] = {}
+
+    def get(self, layout: RunLayout, fallback_deadline: Any = None, fallback_cases: Any = None) -> Timeline:
+        with self._lock:
+            hit = self._items.get(layout.run_key)
+        if hit and time.monotonic() - hit[0] < self.ttl:
+            return hit[1]
+        found = week_timeline(
+            layout, cache=self.spans, fallback_deadline=fallback_deadline, fallback_cases=fallback_cases
+        )
+        with self._lock:
+            self._items[layout.run_key] = (time.monotonic(), found)
+        return found
+
+
+def _fmt_time(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).strftime("%a %d %b %H:%M")
+
+
+def _polyline(points: Sequence[tuple[float, float]], colour: str, extra: str = "") -> str:
+    coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+    return f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="1.6"{extra}/>'
+
+
+def _steps(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for x, y in points:
+        if out:
+            out.append((x, out[-1][1]))
+        out.append((x, y))
+    return out
+
+
+def timeline_svg(t: Timeline) -> str:
+    """The view as one ``<svg>`` element (empty string when nothing ran yet)."""
+    if t.empty or t.start is None:
+        return ""
+    start = t.start
+    end = max(t.now, t.deadline or t.now, start + dt.timedelta(minutes=1))
+    span = (end - start).total_seconds()
+    right = WIDTH - RIGHT
+
+    def x(when: dt.datetime) -> float:
+        return LEFT + (right - LEFT) * (when - start).total_seconds() / span
+
+    top_max = max(t.planned_cases or 0, t.finished_cases, 1)
+    gpu_max = max(t.peak_gpus, 1)
+
+    def y_case(n: float) -> float:
+        return TOP_Y + TOP_H * (1 - n / top_max)
+
+    def y_gpu(n: float) -> float:
+        return GPU_Y + GPU_H * (1 - n / gpu_max)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" id="timeline-svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="progress over time" '
+        'style="background:#fff;box-shadow:0 1px 2px #0002;border-radius:8px;font:11px system-ui,sans-serif">',
+        f'<line x1="{LEFT}" y1="{TOP_Y + TOP_H}" x2="{right}" y2="{TOP_Y + TOP_H}" stroke="#b7bcc6"/>',
+        f'<line x1="{LEFT}" y1="{GPU_Y + GPU_H}" x2="{right}" y2="{GPU_Y + GPU_H}" stroke="#b7bcc6"/>',
+        f'<text x="{LEFT - 6}" y="{TOP_Y + 8}" text-anchor="end" fill="#5b6475">{top_max:,}</text>',
+        f'<text x="{LEFT - 6}" y="{TOP_Y + TOP_H}" text-anchor="end" fill="#5b6475">0</text>',
+        f'<text x="{LEFT - 6}" y="{GPU_Y + 8}" text-anchor="end" fill="#5b6475">{gpu_max:,}</text>',
+        f'<text x="{LEFT - 6}" y="{GPU_Y + GPU_H}" text-anchor="end" fill="#5b6475">0</text>',
+        f'<text x="{LEFT}" y="{GPU_Y - 6}" fill="#2f6fb0">GPUs busy (peak {t.peak_gpus:,})</text>',
+        f'<text x="{LEFT}" y="{HEIGHT - 4}" fill="#5b6475">{escape(_fmt_time(start))} UTC</text>',
+        f'<text x="{right}" y="{HEIGHT - 4}" text-anchor="end" fill="#5b6475">{escape(_fmt_time(end))}</text>',
+    ]
+    if t.planned:
+        parts.append(
+            _polyline(
+                [(x(w), y_case(n)) for w, n in t.planned],
+                "#5b6475",
+                ' stroke-dasharray="5 4" data-series="planned"',
+            )
+        )
+    if t.finished:
+        pts = _steps([(x(w), y_case(n)) for w, n in t.finished])
+        pts.append((x(t.now), pts[-1][1]))
+        parts.append(_polyline(pts, "#1c7c3c", ' data-series="finished"'))
+    if t.gpus_busy:
+        pts = _steps([(x(w), y_gpu(n)) for w, n in t.gpus_busy])
+        parts.append(_polyline(pts, "#2f6fb0", ' data-series="gpus"'))
+    if t.deadline is not None:
+        dx = x(t.deadline)
+        parts.append(
+            f'<line x1="{dx:.1f}" y1="{TOP_Y}" x2="{dx:.1f}" y2="{GPU_Y + GPU_H}" stroke="#c0262d" '
+            'stroke-dasharray="2 3" data-series="deadline"/>'
+            f'<text x="{dx - 4:.1f}" y="{TOP_Y + 10}" text-anchor="end" fill="#c0262d">deadline</text>'
+        )
+    nx = x(t.now)
+    parts.append(
+        f'<line x1="{nx:.1f}" y1="{TOP_Y}" x2="{nx:.1f}" y2="{GPU_Y + GPU_H}" stroke="#7fb8e6"/>'
+        f'<text x="{LEFT + 4}" y="{TOP_Y + 10}" fill="#1c7c3c">cases finished</text>'
+        f'<text x="{LEFT + 4}" y="{TOP_Y + 24}" fill="#5b6475">- - planned pace</text>'
+    )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def timeline_doc(t: Timeline) -> dict[str, Any]:
+    """The page's ``timeline``: the figures, what they mean, and the drawing (series left out)."""
+    doc = t.to_json()
+    series = {k: doc.pop(k) for k in ("finished", "planned", "gpus_busy")}
+    return {**doc, "points": {k: len(v) for k, v in series.items()}, "svg": timeline_svg(t)}
