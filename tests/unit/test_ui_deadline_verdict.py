@@ -29,7 +29,7 @@ def _layout(tmp_path: Path) -> RunLayout:
 
 def test_a_tracker_document_without_an_estimated_finish_is_no_estimate(tmp_path: Path) -> None:
     """The defect: the tracker had written latest.json with no estimated finish; the page printed
-    "estimated finish – (-0 min early)"."""
+    "estimated finish - (-0 min early)"."""
     layout = _layout(tmp_path)
     target = Path(layout.deadline_latest.removeprefix("file://"))
     target.parent.mkdir(parents=True)
