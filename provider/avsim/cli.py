@@ -28,7 +28,9 @@ def _fail(exc: Exception) -> None:
 @manifest_app.command("sample")
 def manifest_sample(
     out: Path = typer.Option(..., "--out", "-o", help="Where to write it (.yaml, .yml or .json)."),
-    cases: int = typer.Option(200, "--cases", "-n", min=1, max=1_000_000, help="How many cases."),
+    cases: int = typer.Option(
+        200, "--cases", "-n", min=1, help="How many cases (at most [avsim] max_manifest_cases)."
+    ),
     seed: int = typer.Option(7, help="Seed of the generator (the manifest is deterministic)."),
     time_scale: float = typer.Option(
         0.001, help="Fake-simulator seconds per estimated second (0.001: a 30-minute phase runs 1.8 s)."
@@ -41,18 +43,26 @@ def manifest_sample(
     ),
     iso_week: str = typer.Option(None, help="ISO week, e.g. 2026-W49 (default: this week)."),
 ) -> None:
-    """Write a realistic sample manifest of N cases."""
+    """Write a realistic sample manifest of N cases, within the limits validate applies."""
+    from avsim.manifest.policy import deployment_policy
     from avsim.manifest.sample import write_sample
 
-    write_sample(
-        out,
-        cases=cases,
-        seed=seed,
-        time_scale=time_scale,
-        scenario_fail_rate=scenario_fail_rate,
-        crash_rate=crash_rate,
-        iso_week=iso_week,
-    )
+    policy = deployment_policy()
+    try:
+        write_sample(
+            out,
+            max_cases=policy.max_cases,
+            max_bytes=policy.max_bytes,
+            cases=cases,
+            seed=seed,
+            time_scale=time_scale,
+            scenario_fail_rate=scenario_fail_rate,
+            crash_rate=crash_rate,
+            iso_week=iso_week,
+        )
+    except (ValueError, AvsimError) as exc:
+        _fail(exc)
+        return
     typer.echo(f"wrote {out} ({cases} cases)")
 
 

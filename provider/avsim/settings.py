@@ -111,6 +111,30 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     "kubernetes_run_as_user": ("1000", "integer", "UID phase containers run as (never root)."),
     "shard_poll_seconds": ("10", "float", "How often the parent run checks its shard runs."),
     "max_manifest_bytes": ("67108864", "integer", "Largest manifest accepted, in bytes."),
+    # manifest safety (issue 16)
+    "max_manifest_cases": (
+        "100000",
+        "integer",
+        "Most cases in one manifest: validate refuses more and 'avsim manifest sample' writes no more.",
+    ),
+    "manifest_uri_schemes": (
+        "s3",
+        "string",
+        "Comma-separated URI schemes a manifest's URIs (scenario.uri) may use, besides the artifact "
+        "store's own scheme.",
+    ),
+    "manifest_uri_prefixes": (
+        "",
+        "string",
+        "Comma-separated URI prefixes (s3://bucket/, file:///data/scenarios/). Set: every URI of a "
+        "manifest starts with one of them (or the artifact root). file:// URIs are always confined to "
+        "these and the artifact root.",
+    ),
+    "manifest_allow_past_deadline": (
+        "False",
+        "boolean",
+        "Let prepare start a run whose deadline has already passed (replaying a past week).",
+    ),
     "deadline_interval_seconds": (
         "300",
         "float",
@@ -209,6 +233,31 @@ class DeadlineSettings:
             raise ConfigError("[avsim] set both deadline_eks_cluster and deadline_eks_nodegroup, or neither")
 
 
+# manifest safety (issue 16)
+@dataclass(frozen=True)
+class ManifestSafetySettings:
+    """``[avsim] max_manifest_cases, manifest_uri_*, manifest_allow_past_deadline``."""
+
+    max_cases: int = 100_000
+    uri_schemes: tuple[str, ...] = ("s3",)
+    uri_prefixes: tuple[str, ...] = ()
+    allow_past_deadline: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_cases < 1:
+            raise ConfigError(f"[avsim] max_manifest_cases = {self.max_cases}; use a positive number")
+        for scheme in self.uri_schemes:
+            if not scheme.isascii() or not scheme.isalnum() or scheme != scheme.lower():
+                raise ConfigError(f"[avsim] manifest_uri_schemes has {scheme!r}; write schemes like 's3'")
+        for prefix in self.uri_prefixes:
+            if "://" not in prefix:
+                raise ConfigError(f"[avsim] manifest_uri_prefixes has {prefix!r}; write URIs like s3://bucket/")
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
 @dataclass(frozen=True)
 class AvsimSettings:
     backend: str = "local"
@@ -224,8 +273,10 @@ class AvsimSettings:
     reuse_outputs: bool = True
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     shard_poll_seconds: float = 10.0
+    airflow_api_conn_id: str = "avsim_airflow_api"
     max_manifest_bytes: int = 64 * 2**20
     deadline: DeadlineSettings = field(default_factory=DeadlineSettings)
+    manifest_safety: ManifestSafetySettings = field(default_factory=ManifestSafetySettings)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -306,6 +357,7 @@ def load_settings() -> AvsimSettings:
                 run_as_user=int(get("kubernetes_run_as_user")),
             ),
             shard_poll_seconds=float(get("shard_poll_seconds")),
+            airflow_api_conn_id=get("airflow_api_conn_id"),
             max_manifest_bytes=int(get("max_manifest_bytes")),
             deadline=DeadlineSettings(
                 interval_seconds=float(get("deadline_interval_seconds")),
@@ -317,6 +369,12 @@ def load_settings() -> AvsimSettings:
                 eks_nodegroup=get("deadline_eks_nodegroup"),
                 eks_max_nodes=int(get("deadline_eks_max_nodes")),
                 gpus_per_node=int(get("deadline_gpus_per_node")),
+            ),
+            manifest_safety=ManifestSafetySettings(
+                max_cases=int(get("max_manifest_cases")),
+                uri_schemes=_csv(get("manifest_uri_schemes")),
+                uri_prefixes=_csv(get("manifest_uri_prefixes")),
+                allow_past_deadline=_boolean(get("manifest_allow_past_deadline")),
             ),
         )
     except ValueError as exc:

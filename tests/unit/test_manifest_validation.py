@@ -256,8 +256,10 @@ def test_invalid_names() -> None:
     d["graphs"]["bad-name"] = {"phases": {"p": phase()}}
     d["cases"][0]["id"] = "case 1"
     got = by_path(d)
-    assert got["graphs.bad-name"].startswith("graph name 'bad-name' is not a valid name; start with a letter")
-    assert got["cases[0].id"].startswith("id 'case 1' is not a valid case id")
+    assert got["graphs.bad-name"].startswith(
+        "graph name 'bad-name': character '-' (U+002D HYPHEN-MINUS) at position 3 is not allowed; use ASCII"
+    )
+    assert got["cases[0].id"].startswith("case id 'case 1': character ' ' (U+0020 SPACE) at position 4")
 
 
 def test_bad_api_version_and_empty_cases() -> None:

@@ -112,12 +112,14 @@ def prepare_week(
     a different manifest under the same run is refused (the snapshot is immutable).
     """
     from avsim.manifest.loader import load_manifest
+    from avsim.manifest.policy import check_prepare
     from avsim.manifest.snapshot import write_snapshot
     from avsim.plan.canary import select_canary
     from avsim.plan.shards import CANARY_SHARD, planned_work
 
     loaded = load_manifest(source, max_bytes=settings.max_manifest_bytes)
     manifest = loaded.manifest
+    check_prepare(manifest, settings, source)  # the run's URI rules, limits and deadline (manifest/policy.py)
     families = assign_families(manifest, plan)
     layout = RunLayout(settings.resolved_artifact_root, run_key_for(dag_id, run_id))
     snapshot = write_snapshot(loaded, layout)

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from avsim.manifest.ids import case_id_problem, name_problem
 from avsim.manifest.models import CASE_ID_PATTERN, NAME_PATTERN, Manifest
 
 Loc = tuple[Hashable, ...]
@@ -125,16 +126,10 @@ def _rewrite(err: Mapping[str, Any], loc: Loc) -> str:
             what = {"graphs": "graph name", "phases": "phase name", "run_phases": "run phase name"}.get(
                 container, "name"
             )
-        if pattern == NAME_PATTERN:
-            return (
-                f"{what} {value!r} is not a valid name; start with a letter, then use letters, digits or '_' "
-                "(at most 63 characters)"
-            )
-        if pattern == CASE_ID_PATTERN:
-            return (
-                f"{what} {value!r} is not a valid case id; use letters, digits, '.', '_' or '-', starting "
-                "with a letter or digit (at most 128 characters)"
-            )
+        if pattern == NAME_PATTERN and isinstance(value, str):
+            return name_problem(value, what) or f"{what} {value!r} is not a valid name"
+        if pattern == CASE_ID_PATTERN and isinstance(value, str):
+            return case_id_problem(value) or f"{what} {value!r} is not a valid case id"
         return f"{what} {value!r} does not match the pattern {pattern!r}"
     if etype == "too_short":
         n = ctx.get("min_length", 1)

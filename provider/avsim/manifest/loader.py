@@ -6,8 +6,12 @@ The bytes go through a fixed sequence of gates, each of which rejects with a
 1. size (``max_bytes``, checked from the file's metadata before it is read, and again while reading);
 2. UTF-8 (the byte offset of the first bad byte);
 3. syntax (YAML or JSON, line and column);
-4. YAML structure: duplicate mapping keys (key, line, document path), alias expansion;
-5. the manifest itself (:func:`avsim.manifest.validation.validate_manifest`).
+4. YAML structure (:mod:`avsim.manifest.yaml_nodes`): duplicate mapping keys, alias expansion,
+   explicit tags and YAML 1.1 readings that would change a value (line and document path);
+   JSON structure (:mod:`avsim.manifest.json_locate`): duplicate keys, non-finite numbers and
+   nesting, each with its line, column and document path;
+5. the manifest itself (:func:`avsim.manifest.validation.validate_manifest`), with the
+   deployment's :class:`~avsim.manifest.policy.ManifestPolicy` (limits, URI allow-list).
 
 YAML anchors and aliases are allowed (``<<: *defaults`` is a common way to share phase
 settings) but bounded: ``yaml.safe_load`` shares an aliased node instead of copying it, so
@@ -30,18 +34,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from avsim.errors import ManifestError, Problem
-from avsim.manifest.validation import format_path, validate_manifest
+from avsim.manifest.json_locate import json_problems
+from avsim.manifest.policy import DEFAULT_MAX_BYTES, ManifestPolicy
+from avsim.manifest.validation import validate_manifest
+from avsim.manifest.yaml_nodes import MAX_EXPANSION_FACTOR, MIN_EXPANSION_LIMIT, check_nodes
 
 if TYPE_CHECKING:
     from avsim.manifest.models import Manifest
 
-#: Largest manifest accepted by default (the ``[avsim] max_manifest_bytes`` default).
-DEFAULT_MAX_BYTES = 64 * 2**20
-#: Alias expansion bound: expanded nodes <= max(factor * written nodes, MIN_EXPANSION_LIMIT).
-MAX_EXPANSION_FACTOR = 10
-MIN_EXPANSION_LIMIT = 1_000_000
-#: Duplicate-key problems reported at most (the document is rejected anyway).
-_MAX_DUPLICATES = 200
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "MAX_EXPANSION_FACTOR",
+    "MIN_EXPANSION_LIMIT",
+    "LoadedManifest",
+    "load_manifest",
+    "parse_manifest_text",
+]
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 Format = Literal["yaml", "json"]
@@ -68,20 +76,33 @@ def canonical_json(manifest: Manifest) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
-def load_manifest(source: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES) -> LoadedManifest:
-    """Read, parse and validate a manifest from a path, ``file://`` or any ObjectStoragePath URI."""
+def load_manifest(
+    source: str | os.PathLike[str], *, max_bytes: int | None = None, policy: ManifestPolicy | None = None
+) -> LoadedManifest:
+    """Read, parse and validate a manifest from a path, ``file://`` or any ObjectStoragePath URI.
+
+    ``policy`` None: this deployment's (:func:`~avsim.manifest.policy.deployment_policy`), so that
+    ``avsim manifest validate`` and the run refuse the same manifests; ``max_bytes`` overrides its limit.
+    """
+    from avsim.manifest.policy import deployment_policy
+
+    policy = policy or deployment_policy()
     name = os.fspath(source)
-    data = _read(name, max_bytes)
-    return parse_manifest_text(data, source=name, fmt=_format_from_name(name))
+    data = _read(name, max_bytes if max_bytes is not None else policy.max_bytes)
+    return parse_manifest_text(data, source=name, fmt=_format_from_name(name), policy=policy)
 
 
 def parse_manifest_text(
-    text_or_bytes: str | bytes, source: str = "manifest", fmt: Format | None = None
+    text_or_bytes: str | bytes,
+    source: str = "manifest",
+    fmt: Format | None = None,
+    policy: ManifestPolicy | None = None,
 ) -> LoadedManifest:
     """Parse and validate manifest text.
 
     ``fmt`` None: by the extension of ``source`` (``.json``, ``.yaml``/``.yml``), else sniffed: JSON
-    if the text starts with ``{`` (falling back to YAML, a superset), otherwise YAML.
+    if the text starts with ``{`` (falling back to YAML, a superset), otherwise YAML. ``policy``
+    None: only the rules every deployment shares (a snapshot is read back so).
     """
     text = _decode(text_or_bytes, source) if isinstance(text_or_bytes, bytes) else text_or_bytes
     text = text.removeprefix("\ufeff")
@@ -106,7 +127,7 @@ def parse_manifest_text(
             "the document is empty (only comments or an explicit null); a manifest needs run and cases",
             source,
         )
-    manifest = validate_manifest(data, source=source)
+    manifest = validate_manifest(data, source=source, policy=policy)
     body = canonical_json(manifest)
     return LoadedManifest(
         manifest=manifest,
@@ -185,34 +206,41 @@ def _error(message: str, source: str) -> ManifestError:
 
 
 def _parse_json(text: str, source: str) -> Any:
-    duplicates: list[str] = []
+    """Fast path: the C parser. A duplicate key, a non-finite number or nesting too deep for it sends
+    the text through :func:`json_problems`, which names each problem's line, column and path."""
+    suspect = False
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out and len(duplicates) < _MAX_DUPLICATES:
-                duplicates.append(key)
-            out[key] = value
+        nonlocal suspect
+        out = dict(items)
+        if len(out) != len(items):
+            suspect = True
         return out
 
     def constant(name: str) -> Any:
-        raise ValueError(f"{name} is not a JSON number; use a finite number")
+        raise ValueError(name)
+
+    def number(text: str) -> float:
+        nonlocal suspect
+        value = float(text)
+        if value in (float("inf"), float("-inf")):
+            suspect = True
+        return value
 
     try:
-        data = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+        data = json.loads(text, object_pairs_hook=pairs, parse_constant=constant, parse_float=number)
     except json.JSONDecodeError as exc:
         raise _error(
             f"JSON syntax error at line {exc.lineno}, column {exc.colno}: {exc.msg}", source
         ) from None
-    except ValueError as exc:
-        raise _error(f"JSON error: {exc}", source) from None
-    except RecursionError:
-        raise _error("JSON nesting is too deep", source) from None
-    if duplicates:
-        raise ManifestError(
-            [Problem("", f"duplicate key {k!r} in a JSON object; keep one of them") for k in duplicates],
-            source=source,
-        )
+    except (ValueError, RecursionError):
+        suspect = True
+        data = None
+    if suspect:
+        found = json_problems(text)
+        if found:
+            raise ManifestError(found, source=source)
+        raise _error("JSON error: the document could not be read; check it with a JSON linter", source)
     return data
 
 
@@ -233,7 +261,7 @@ def _parse_yaml(text: str, source: str) -> Any:
             raise _error(f"YAML error: {exc}", source) from None
         if node is None:
             return None
-        problems = _check_nodes(node)
+        problems = check_nodes(node, loader.resolve)
         if problems:
             raise ManifestError(problems, source=source)
         try:
@@ -263,72 +291,6 @@ def _yaml_syntax(exc: Any) -> str:
         if cmark is not None and (mark is None or (cmark.line, cmark.column) != (mark.line, mark.column)):
             started = f" at line {cmark.line + 1}, column {cmark.column + 1}"
         context = f" ({exc.context}{started})"
-    if isinstance(exc, yaml.constructor.ConstructorError):
+    if isinstance(exc, yaml.constructor.ConstructorError) and "tag" in str(what):
         return f"YAML error{where}: {what}{context}; a manifest is plain YAML: remove the tag"
     return f"YAML syntax error{where}: {what}{context}"
-
-
-def _check_nodes(root: Any) -> list[Problem]:
-    """Duplicate keys and alias expansion, on the composed node graph (before construction)."""
-    import yaml
-
-    merge_tag = "tag:yaml.org,2002:merge"
-    problems: list[Problem] = []
-    written = 0  # distinct nodes
-    expanded: dict[int, int] = {}  # node id -> expanded size
-    in_progress: set[int] = set()
-    # Iterative post-order walk; a node reached again through an alias is counted once as written
-    # and its expanded size is reused.
-    stack: list[tuple[Any, tuple[Any, ...], bool]] = [(root, (), False)]
-    while stack:
-        node, loc, done = stack.pop()
-        nid = id(node)
-        if done:
-            in_progress.discard(nid)
-            size = 1
-            if isinstance(node, yaml.MappingNode):
-                size += sum(expanded[id(k)] + expanded[id(v)] for k, v in node.value)
-            elif isinstance(node, yaml.SequenceNode):
-                size += sum(expanded[id(v)] for v in node.value)
-            expanded[nid] = size
-            continue
-        if nid in expanded:
-            continue
-        if nid in in_progress:
-            mark = node.start_mark
-            return [Problem(format_path(loc), f"recursive YAML alias at line {mark.line + 1}; remove it")]
-        written += 1
-        in_progress.add(nid)
-        stack.append((node, loc, True))
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, int] = {}
-            for k, v in node.value:
-                key = k.value if isinstance(k, yaml.ScalarNode) else None
-                if key is not None and k.tag != merge_tag:
-                    line = k.start_mark.line + 1
-                    if key in seen and len(problems) < _MAX_DUPLICATES:
-                        where = format_path((*loc, key))
-                        problems.append(
-                            Problem(
-                                where,
-                                f"duplicate key {key!r} at line {line} (first at line {seen[key]}); "
-                                "keep one of them",
-                            )
-                        )
-                    seen.setdefault(key, line)
-                stack.append((v, (*loc, key if key is not None else "?"), False))
-                stack.append((k, loc, False))
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                stack.append((v, (*loc, i), False))
-    limit = max(MAX_EXPANSION_FACTOR * written, MIN_EXPANSION_LIMIT)
-    total = expanded[id(root)]
-    if total > limit:
-        problems.append(
-            Problem(
-                "",
-                f"YAML aliases expand {written} written nodes to {total} (the limit is {limit}); "
-                "write the repeated parts out or use fewer nested aliases",
-            )
-        )
-    return problems

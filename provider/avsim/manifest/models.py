@@ -14,27 +14,46 @@ from enum import Enum
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    Strict,
     StringConstraints,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from avsim.manifest.image_ref import parse_image
+
 #: A name usable as an Airflow task id / group id fragment.
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,62}$"
 #: A case id: used in object keys and report links.
 CASE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-#: An OCI image reference pinned by digest.
-IMAGE_DIGEST_RE = re.compile(r"^(?P<repo>[a-z0-9][a-z0-9._/:-]*)@(?P<digest>sha256:[0-9a-f]{64})$")
 ISO_WEEK_RE = re.compile(r"^(?P<year>\d{4})-W(?P<week>\d{2})$")
 #: At most 15 digits before the point: a longer number is no quantity (and no finite float).
 MEMORY_RE = re.compile(r"^(?P<num>\d{1,15}(\.\d{1,15})?)(?P<unit>Ki|Mi|Gi|Ti)?$")
 
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 CaseId = Annotated[str, StringConstraints(pattern=CASE_ID_PATTERN)]
+
+
+def _exact_text(v: str) -> str:
+    """An identifier-like text reaches the run as written: surrounding whitespace is an error, not a strip."""
+    if v != v.strip():
+        raise ValueError(f"{v!r} has leading or trailing whitespace; remove it (nothing is stripped)")
+    if any(ord(c) < 32 or ord(c) == 127 for c in v):
+        raise ValueError(f"{v!r} holds a control character; remove it")
+    return v
+
+
+#: Strict scalars: a boolean is no number, a number or a word no boolean, a quoted number no number.
+Int = Annotated[int, Strict()]
+Num = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
+#: An identifier-like text: a build id, a scenario version, a tag.
+Text = Annotated[str, AfterValidator(_exact_text)]
 
 #: Upper bounds that keep a manifest from asking for absurd values.
 MAX_GPUS_PER_PHASE = 16
@@ -44,7 +63,11 @@ MAX_RETRIES = 20
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, str_strip_whitespace=True)
+    # No str_strip_whitespace: every string reaches the run byte for byte (an identifier with
+    # surrounding whitespace is an error naming it, see _exact_text and the id checks). Numbers and
+    # booleans are strict (Int, Num, Bool): pydantic's lax mode would read ``gpus: yes`` as 1 and
+    # ``checkpoint: 1`` as true.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
 
 class RunClass(str, Enum):
@@ -73,41 +96,39 @@ def parse_memory(value: str) -> int:
 class Build(_Strict):
     """The simulator build under test, pinned by image digest."""
 
-    build_id: Annotated[str, StringConstraints(min_length=1, max_length=128)]
-    image: str = Field(description="OCI image pinned by digest: repo@sha256:<64 hex>")
+    build_id: Annotated[Text, StringConstraints(min_length=1, max_length=128)]
+    image: str = Field(
+        description="OCI image pinned by digest, without a tag: registry/repo@sha256:<64 hex> "
+        "(the OCI distribution reference grammar; a tag next to the digest is refused)"
+    )
 
     @field_validator("image")
     @classmethod
     def _pinned(cls, v: str) -> str:
-        if not IMAGE_DIGEST_RE.match(v):
-            raise ValueError(
-                f"image {v!r} is not pinned by digest; write it as 'registry/repo@sha256:<64 hex digits>'"
-            )
+        parse_image(v)
         return v
 
     @property
     def digest(self) -> str:
-        m = IMAGE_DIGEST_RE.match(self.image)
-        assert m is not None
-        return m.group("digest")
+        return parse_image(self.image).digest
 
 
 class CanarySpec(_Strict):
     """A small share of cases runs first; the rest starts only if the canary's crash rate is low."""
 
-    enabled: bool = True
-    share: float = Field(default=0.01, gt=0, le=0.5)
-    min_cases: int = Field(default=20, ge=1, le=10_000)
-    max_failure_rate: float = Field(default=0.2, ge=0, le=1)
+    enabled: Bool = True
+    share: Num = Field(default=0.01, gt=0, le=0.5)
+    min_cases: Int = Field(default=20, ge=1, le=10_000)
+    max_failure_rate: Num = Field(default=0.2, ge=0, le=1)
 
 
 class BreakerSpec(_Strict):
     """Stops a bad build during the fan-out: a sliding window over finished first phases."""
 
-    enabled: bool = True
-    window: int = Field(default=50, ge=1, le=100_000)
-    min_finished: int = Field(default=20, ge=1, le=100_000, validate_default=True)
-    max_failure_ratio: float = Field(default=0.5, gt=0, le=1)
+    enabled: Bool = True
+    window: Int = Field(default=50, ge=1, le=100_000)
+    min_finished: Int = Field(default=20, ge=1, le=100_000, validate_default=True)
+    max_failure_ratio: Num = Field(default=0.5, gt=0, le=1)
 
     @field_validator("min_finished")
     @classmethod
@@ -122,13 +143,13 @@ class RunSpec(_Strict):
     name: Name
     iso_week: str = Field(description="ISO week, e.g. 2026-W49")
     run_class: RunClass = RunClass.WEEKLY
-    base_priority: int | None = Field(default=None, ge=0, le=1_000_000)
+    base_priority: Int | None = Field(default=None, ge=0, le=1_000_000)
     deadline: dt.datetime
     build: Build
     canary: CanarySpec = CanarySpec()
     breaker: BreakerSpec = BreakerSpec()
     #: Set by ``avsim rerun-failed``: the run key whose failed cases this run reruns.
-    rerun_of: str | None = Field(default=None, max_length=300)
+    rerun_of: Text | None = Field(default=None, max_length=300)
 
     @field_validator("iso_week")
     @classmethod
@@ -145,9 +166,16 @@ class RunSpec(_Strict):
 
     @field_validator("deadline")
     @classmethod
-    def _aware(cls, v: dt.datetime) -> dt.datetime:
+    def _aware(cls, v: dt.datetime, info: ValidationInfo) -> dt.datetime:
         if v.tzinfo is None:
             raise ValueError("deadline has no time zone; add one, e.g. '2026-12-06T18:00:00Z'")
+        week = info.data.get("iso_week")
+        if isinstance(week, str):
+            from avsim.manifest.deadline import deadline_vs_week
+
+            problem = deadline_vs_week(v, week)
+            if problem:
+                raise ValueError(problem)
         return v
 
     @property
@@ -158,8 +186,8 @@ class RunSpec(_Strict):
 class Resources(_Strict):
     resource_class: ResourceClass = Field(alias="class")
     # validate_default: the class/gpus rule below must also see an omitted ``gpus``.
-    gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_PHASE, validate_default=True)
-    cpus: float = Field(default=1, gt=0, le=MAX_CPUS_PER_PHASE)
+    gpus: Int = Field(default=0, ge=0, le=MAX_GPUS_PER_PHASE, validate_default=True)
+    cpus: Num = Field(default=1, gt=0, le=MAX_CPUS_PER_PHASE)
     memory: str = "2Gi"
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -194,13 +222,13 @@ class RetrySpec(_Strict):
     After ``on_demand_after_preemptions`` preemptions a GPU phase's next attempt runs on on-demand nodes.
     """
 
-    infrastructure: int = Field(default=2, ge=0, le=MAX_RETRIES)
-    delay_seconds: float = Field(default=30, ge=0, le=24 * 3600)
-    backoff: float = Field(default=2.0, ge=1.0, le=10.0)
-    max_delay_seconds: float = Field(default=1800, ge=0, le=24 * 3600)
-    preemption: int = Field(default=3, ge=0, le=MAX_RETRIES)
-    preemption_delay_seconds: float = Field(default=10, ge=0, le=24 * 3600)
-    on_demand_after_preemptions: int = Field(default=2, ge=1, le=MAX_RETRIES, validate_default=True)
+    infrastructure: Int = Field(default=2, ge=0, le=MAX_RETRIES)
+    delay_seconds: Num = Field(default=30, ge=0, le=24 * 3600)
+    backoff: Num = Field(default=2.0, ge=1.0, le=10.0)
+    max_delay_seconds: Num = Field(default=1800, ge=0, le=24 * 3600)
+    preemption: Int = Field(default=3, ge=0, le=MAX_RETRIES)
+    preemption_delay_seconds: Num = Field(default=10, ge=0, le=24 * 3600)
+    on_demand_after_preemptions: Int = Field(default=2, ge=1, le=MAX_RETRIES, validate_default=True)
 
     @field_validator("on_demand_after_preemptions")
     @classmethod
@@ -351,8 +379,8 @@ class _RunnableSpec(_Strict):
 
     depends_on: tuple[Name, ...] = ()
     resources: Resources
-    estimated_duration_seconds: float = Field(gt=0, le=MAX_PHASE_SECONDS)
-    timeout_seconds: float = Field(gt=0, le=MAX_PHASE_SECONDS)
+    estimated_duration_seconds: Num = Field(gt=0, le=MAX_PHASE_SECONDS)
+    timeout_seconds: Num = Field(gt=0, le=MAX_PHASE_SECONDS)
     retry: RetrySpec = RetrySpec()
     command: tuple[Annotated[str, StringConstraints(min_length=1)], ...] = Field(min_length=1)
     args: tuple[str, ...] = ()
@@ -361,8 +389,8 @@ class _RunnableSpec(_Strict):
     #: The lease decides how soon a hang is found; the renewal interval only has to ride out a few
     #: failed renewals (five per lease by default, as Kubernetes renews node Leases four times per
     #: duration) and is each running phase's whole cost to the Kubernetes API.
-    heartbeat_seconds: float = Field(default=60, gt=0, le=3600)
-    lease_seconds: float = Field(default=300, ge=0, le=24 * 3600, validate_default=True)
+    heartbeat_seconds: Num = Field(default=60, gt=0, le=3600)
+    lease_seconds: Num = Field(default=300, ge=0, le=24 * 3600, validate_default=True)
 
     @field_validator("lease_seconds")
     @classmethod
@@ -389,7 +417,7 @@ class _RunnableSpec(_Strict):
 class PhaseSpec(_RunnableSpec):
     """One phase of a case's graph."""
 
-    checkpoint: bool = False
+    checkpoint: Bool = False
     pod: PodOverrides = PodOverrides()
 
 
@@ -399,8 +427,21 @@ class GraphSpec(_Strict):
 
 
 class ScenarioInput(_Strict):
-    uri: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
-    version: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    uri: Annotated[str, StringConstraints(min_length=1, max_length=2048)] = Field(
+        description="Where the scenario is: a URI whose scheme and prefix [avsim] manifest_uri_schemes / "
+        "manifest_uri_prefixes allow; never a loopback, link-local or metadata address"
+    )
+    version: Annotated[Text, StringConstraints(min_length=1, max_length=128)]
+
+    @field_validator("uri")
+    @classmethod
+    def _safe_uri(cls, v: str) -> str:
+        from avsim.manifest.uris import uri_problem
+
+        problem = uri_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class CaseSpec(_Strict):
@@ -408,9 +449,9 @@ class CaseSpec(_Strict):
     graph: Name | None = None
     phases: dict[Name, PhaseSpec] | None = Field(default=None, min_length=1)
     scenario: ScenarioInput
-    seed: int = Field(ge=0, le=2**63 - 1, strict=True)
+    seed: Int = Field(ge=0, le=2**63 - 1, strict=True)
     parameters: dict[str, Any] = Field(default_factory=dict)
-    tags: tuple[str, ...] = ()
+    tags: tuple[Text, ...] = ()
 
     @model_validator(mode="after")
     def _graph_or_phases(self) -> CaseSpec:

@@ -81,6 +81,16 @@ def current_iso_week(now: dt.datetime | None = None) -> str:
     return f"{year}-W{week:02d}"
 
 
+def open_iso_week(now: dt.datetime | None = None) -> str:
+    """This week, or next week once this week's deadline (Sunday 18:00 UTC) has passed: the sample's
+    default week, so that a sample written on a Sunday evening can still be run."""
+    now = now or dt.datetime.now(dt.UTC)
+    year, week, weekday = now.isocalendar()
+    if weekday == 7 and now.time() >= dt.time(18, 0):
+        return current_iso_week(now + dt.timedelta(days=1))
+    return f"{year}-W{week:02d}"
+
+
 def _fmt(x: float) -> str:
     return f"{x:.6g}"
 
@@ -129,7 +139,7 @@ def sample_manifest(
     for label, rate in (("scenario_fail_rate", scenario_fail_rate), ("crash_rate", crash_rate)):
         if not 0 <= rate <= 1:
             raise ValueError(f"{label} must be between 0 and 1, got {rate}")
-    week = iso_week or current_iso_week()
+    week = iso_week or open_iso_week()
     try:
         year, weekno = int(week[:4]), int(week[6:])
         if week[4:6] != "-W" or len(week) != 8:
@@ -211,12 +221,24 @@ def sample_manifest(
     }
 
 
-def write_sample(path: str | os.PathLike[str], **kw: Any) -> Path:
-    """Write :func:`sample_manifest` (``**kw``) as YAML (``.yaml``/``.yml``) or JSON (``.json``)."""
+def write_sample(
+    path: str | os.PathLike[str], *, max_cases: int | None = None, max_bytes: int | None = None, **kw: Any
+) -> Path:
+    """Write :func:`sample_manifest` (``**kw``) as YAML (``.yaml``/``.yml``) or JSON (``.json``).
+
+    ``max_cases`` / ``max_bytes``: the limits the validator applies (``[avsim] max_manifest_cases`` /
+    ``max_manifest_bytes``); a sample above either is refused and nothing is written.
+    """
     target = Path(path)
     suffix = target.suffix.lower()
     if suffix not in (".json", ".yaml", ".yml"):
         raise ValueError(f"cannot tell the format of {target}: name it .yaml, .yml or .json")
+    cases = kw.get("cases", 0)
+    if max_cases is not None and cases > max_cases:
+        raise ValueError(
+            f"--cases {cases} is above [avsim] max_manifest_cases ({max_cases}), so validate would refuse "
+            "the file; ask for fewer cases or raise the setting"
+        )
     doc = sample_manifest(**kw)
     if suffix == ".json":
         text = json.dumps(doc, indent=1) + "\n"
@@ -230,6 +252,12 @@ def write_sample(path: str | os.PathLike[str], **kw: Any) -> Path:
                 return True
 
         text = yaml.dump(doc, Dumper=_NoAliases, sort_keys=False, width=120)
+    size = len(text.encode("utf-8"))
+    if max_bytes is not None and size > max_bytes:
+        raise ValueError(
+            f"the sample would be {size} bytes, above [avsim] max_manifest_bytes ({max_bytes}), so validate "
+            "would refuse it; ask for fewer cases or raise the setting. Nothing was written"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
     return target

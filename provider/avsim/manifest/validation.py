@@ -11,8 +11,14 @@
   are reported by the first pass), so one run reports everything at once;
 * checks of every string and of the free-form parts: no credentials anywhere
   (:mod:`avsim.manifest.secrets`: credentials come from Airflow connections), no NUL character
-  or lone UTF-16 surrogate (neither can reach a phase's environment or arguments), and a case's
-  ``parameters`` nested at most :data:`MAX_PARAMETER_DEPTH` levels deep.
+  or lone UTF-16 surrogate (neither can reach a phase's environment or arguments), no non-finite
+  number, and a case's ``parameters`` nested at most :data:`MAX_PARAMETER_DEPTH` levels deep, keyed
+  by strings and holding only JSON values (a phase gets them as one JSON object, byte for byte);
+* identifiers unique without regard to letter case (:mod:`avsim.manifest.ids`): case ids, graph
+  names, phase names of one graph, run phase names;
+* with a :class:`~avsim.manifest.policy.ManifestPolicy`, the deployment's limits and URI allow-list.
+
+Nothing is stripped or normalised: a value reaches the run as written, or the manifest is refused.
 
 A forbidden pod field is reported at its own path (``...pod.hostPath``), each one of them.
 Problems come out in document order, at most :data:`MAX_PROBLEMS` of them. No message repeats
@@ -23,17 +29,22 @@ document that is not a mapping is described by its type, not its content.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from avsim.errors import ManifestError, Problem
 from avsim.manifest.field_errors import Loc, child, describe, format_path, pydantic_problems
+from avsim.manifest.ids import fold
 from avsim.manifest.models import FORBIDDEN_POD_FIELDS, NAME_PATTERN, POD_FIELDS_ALLOWED, Manifest
 from avsim.manifest.secrets import mask_secrets, secret_problems
+
+if TYPE_CHECKING:
+    from avsim.manifest.policy import ManifestPolicy
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -48,12 +59,19 @@ _NAME_RE = re.compile(NAME_PATTERN)
 # ----------------------------------------------------------------------------------------- public
 
 
-def validate_manifest(data: object, source: str = "manifest") -> Manifest:
-    """Validate a parsed manifest document; raise :class:`ManifestError` with every problem found."""
-    return validate_document(data, Manifest, source, "a manifest")
+def validate_manifest(
+    data: object, source: str = "manifest", policy: ManifestPolicy | None = None
+) -> Manifest:
+    """Validate a parsed manifest document; raise :class:`ManifestError` with every problem found.
+
+    ``policy``: the deployment's limits and URI allow-list too (None: only the rules every
+    deployment shares)."""
+    return validate_document(data, Manifest, source, "a manifest", policy)
 
 
-def validate_document(data: object, model: type[_M], source: str, what_it_is: str) -> _M:
+def validate_document(
+    data: object, model: type[_M], source: str, what_it_is: str, policy: ManifestPolicy | None = None
+) -> _M:
     """Validate a manifest-shaped document (a manifest, or a graph catalog: its ``graphs`` and
     ``run_phases`` without cases) against ``model`` and the document-level checks."""
     if not isinstance(data, dict):
@@ -82,6 +100,8 @@ def validate_document(data: object, model: type[_M], source: str, what_it_is: st
     found.extend(_document_problems(data))
     found.extend(secret_problems(data))
     found.extend(_text_problems(data))
+    if policy is not None:
+        found.extend(policy.problems(data))
     if found:
         raise ManifestError(_ordered(found, data), source=source)
     assert validated is not None
@@ -93,12 +113,14 @@ def _document_problems(data: dict[str, Any]) -> list[tuple[Loc, str]]:
     graphs = data.get("graphs", {})
     graph_names: list[str] | None = None
     if isinstance(graphs, dict):
-        graph_names = [k.strip() for k in graphs if isinstance(k, str) and _NAME_RE.match(k.strip())]
+        graph_names = [k for k in graphs if isinstance(k, str) and _NAME_RE.match(k)]
+        _case_collisions(("graphs",), graphs, "graph name", out.append)
         for gname, graph in graphs.items():
             if isinstance(graph, dict) and isinstance(graph.get("phases"), dict):
                 _graph_problems(("graphs", gname, "phases"), graph["phases"], "phase", out.append)
     run_phases = data.get("run_phases")
     if isinstance(run_phases, dict):
+        _case_collisions(("run_phases",), run_phases, "run phase", out.append)
         _graph_problems(("run_phases",), run_phases, "run phase", out.append)
     cases = data.get("cases")
     if isinstance(cases, list):
@@ -117,18 +139,20 @@ def _case_problems(
             continue
         cid = case.get("id")
         if isinstance(cid, str):
-            key = cid.strip()
-            j = first_index.setdefault(key, i)
+            j = first_index.setdefault(fold(cid), i)
             if j != i:
-                add(
-                    (
-                        ("cases", i, "id"),
-                        f"duplicate case id {key!r} (also cases[{j}]); give each case a unique id",
+                other = cases[j]["id"]
+                if other == cid:
+                    text = f"duplicate case id {cid!r} (also cases[{j}]); give each case a unique id"
+                else:
+                    text = (
+                        f"case id {cid!r} differs from cases[{j}].id {other!r} only in letter case; ids become "
+                        "artifact paths and labels, which may not tell case apart: give each case a distinct id"
                     )
-                )
+                add((("cases", i, "id"), text))
         graph = case.get("graph")
         if isinstance(graph, str) and graph_names is not None:
-            name = graph.strip()
+            name = graph
             if name not in known and _NAME_RE.match(name):
                 if name not in unknown_msg:
                     unknown_msg[name] = _unknown_graph(name, graph_names)
@@ -137,6 +161,9 @@ def _case_problems(
         if isinstance(phases, dict):
             _graph_problems(("cases", i, "phases"), phases, "phase", add)
         parameters = case.get("parameters")
+        if isinstance(parameters, dict):
+            for loc, message in _parameter_problems(parameters):
+                add((("cases", i, "parameters", *loc), message))
         if isinstance(parameters, dict | list):
             too_deep = _too_deep(parameters, MAX_PARAMETER_DEPTH)
             if too_deep is not None:
@@ -147,6 +174,67 @@ def _case_problems(
                         "flatten them (a phase gets them as one JSON object)",
                     )
                 )
+
+
+def _case_collisions(
+    base: Loc, mapping: dict[Any, Any], kind: str, add: Callable[[tuple[Loc, str]], None]
+) -> None:
+    """Names of one mapping that differ only in letter case: one task id or path on a case-blind store."""
+    first: dict[str, str] = {}
+    for name in mapping:
+        if not isinstance(name, str):
+            continue
+        other = first.setdefault(fold(name), name)
+        if other != name:
+            add(
+                (
+                    (*base, name),
+                    f"{kind} {name!r} differs from {other!r} only in letter case; names become task ids and "
+                    "artifact paths, which may not tell case apart: rename one",
+                )
+            )
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _parameter_problems(parameters: dict[Any, Any]) -> list[tuple[Loc, str]]:
+    """What a phase could not get back byte for byte from the JSON object of its parameters."""
+    out: list[tuple[Loc, str]] = []
+    stack: list[tuple[Any, Loc]] = [(parameters, ())]
+    while stack and len(out) < 200:
+        node, loc = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            here = (*loc, key)
+            if isinstance(node, dict) and not isinstance(key, str):
+                out.append(
+                    (
+                        here,
+                        f"the key {key!r} is {describe(key)}, not text; a phase gets parameters as JSON, where "
+                        f"it would become {_json_key(key)!r}: quote the key",
+                    )
+                )
+            if isinstance(value, dict | list):
+                stack.append((value, here))
+            elif not isinstance(value, _JSON_SCALARS):
+                out.append(
+                    (
+                        here,
+                        f"{type(value).__name__} is no JSON value; a phase gets parameters as JSON: write a string, "
+                        "number, true/false, null, list or mapping (quote a date to keep it as text)",
+                    )
+                )
+    return out
+
+
+def _json_key(key: Any) -> str:
+    import json
+
+    try:
+        return str(json.dumps({key: 0})[2:].rsplit('":', 1)[0])
+    except TypeError:
+        return str(key)
 
 
 def _too_deep(node: Any, limit: int) -> Loc | None:
@@ -200,6 +288,8 @@ def _text_problems(data: Any) -> list[tuple[Loc, str]]:
                         out.extend((here, m) for m in _bad_text(value))
                 elif isinstance(value, dict | list):
                     stack.append((value, here))
+                elif isinstance(value, float) and not math.isfinite(value):
+                    out.append((here, _NOT_FINITE))
         elif isinstance(node, list):
             for i, value in enumerate(node):
                 if isinstance(value, str):
@@ -207,7 +297,12 @@ def _text_problems(data: Any) -> list[tuple[Loc, str]]:
                         out.extend(((*loc, i), m) for m in _bad_text(value))
                 elif isinstance(value, dict | list):
                     stack.append((value, (*loc, i)))
+                elif isinstance(value, float) and not math.isfinite(value):
+                    out.append(((*loc, i), _NOT_FINITE))
     return out
+
+
+_NOT_FINITE = "is not a finite number (NaN or infinity); write a finite number"
 
 
 def _bad_text(text: str) -> list[str]:
@@ -249,6 +344,7 @@ def _graph_problems(
         found = _dependency_problems(tuple(shape), kind)
     except TypeError:  # an unhashable key (YAML allows lists as keys): pydantic reports that part
         return
+    _case_collisions(base, phases, kind, add)
     for rel, message in found:
         add(((*base, *rel), message))
 
@@ -258,7 +354,7 @@ def _dependency_problems(
     shape: tuple[tuple[Any, tuple[tuple[int, str], ...]], ...], kind: str
 ) -> tuple[tuple[Loc, str], ...]:
     names = [n for n, _ in shape if isinstance(n, str)]
-    stripped = {n.strip(): n for n in names}
+    stripped = {n: n for n in names}
     listed = ", ".join(stripped) or "none"
     out: list[tuple[Loc, str]] = []
     deps: dict[str, list[str]] = {}
@@ -267,8 +363,8 @@ def _dependency_problems(
             continue
         ups: list[str] = []
         for k, raw in entries:
-            up = raw.strip()
-            if up == name.strip():
+            up = raw
+            if up == name:
                 out.append(
                     ((name, "depends_on", k), f"{kind} {up!r} depends on itself; remove it from depends_on")
                 )
@@ -278,7 +374,7 @@ def _dependency_problems(
                 close = difflib.get_close_matches(up, list(stripped), n=1)
                 guess = f"did you mean {close[0]!r}?" if close else f"fix the name or add the {kind}"
                 out.append(((name, "depends_on", k), f"unknown {kind} {up!r} (known: {listed}); {guess}"))
-        deps[name.strip()] = ups
+        deps[name] = ups
     for cycle in _cycles(deps):
         out.append(
             (

@@ -1,0 +1,168 @@
+"""Checks on a YAML document's node graph, before any Python object is built from it.
+
+Each problem names the document path and the line:
+
+* duplicate mapping keys (both lines) and aliases that expand too far or recurse;
+* a mapping key that is a list or a mapping (YAML allows it; no manifest field is keyed so);
+* no silent change of a value: PyYAML reads YAML 1.1, where plain ``yes``/``no``/``on``/``off`` are
+  booleans, ``0755`` is octal, ``1_000`` and ``1:30`` are numbers, ``.nan``/``.inf`` are floats and
+  ``2026-12-06`` is a date. Each of those is refused with the fix (write the value as YAML 1.2 and
+  JSON read it, or quote it to keep the text); a date-time is taken only where the manifest
+  expects one (``run.deadline``);
+* explicit tags (``!!binary``, ``!!float``, ``!!set``...): a manifest is plain data.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from avsim.errors import Problem
+from avsim.manifest.field_errors import format_path
+
+#: Alias expansion bound: expanded nodes <= max(factor * written nodes, MIN_EXPANSION_LIMIT).
+MAX_EXPANSION_FACTOR = 10
+MIN_EXPANSION_LIMIT = 1_000_000
+#: Problems of one kind reported at most (the document is rejected anyway).
+MAX_REPORTED = 200
+#: Where a plain date-time is what the manifest means.
+DATETIME_PATHS = frozenset({("run", "deadline")})
+
+_Y = "tag:yaml.org,2002:"
+_PLAIN_INT = re.compile(r"^-?(0|[1-9][0-9]*)$")
+_PLAIN_FLOAT = re.compile(r"^-?[0-9]+\.[0-9]*([eE][-+][0-9]+)?$|^-?\.[0-9]+([eE][-+][0-9]+)?$")
+_PLAIN_BOOL = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
+
+
+def check_nodes(root: Any, resolve: Any) -> list[Problem]:
+    """Every problem of the node graph under ``root``; ``resolve`` is the loader's tag resolver."""
+    import yaml
+
+    problems: list[Problem] = []
+    written = 0  # distinct nodes
+    expanded: dict[int, int] = {}  # node id -> expanded size
+    in_progress: set[int] = set()
+    # Iterative post-order walk; a node reached again through an alias is counted once as written
+    # and its expanded size is reused.
+    stack: list[tuple[Any, tuple[Any, ...], bool]] = [(root, (), False)]
+    while stack:
+        node, loc, done = stack.pop()
+        nid = id(node)
+        if done:
+            in_progress.discard(nid)
+            size = 1
+            if isinstance(node, yaml.MappingNode):
+                size += sum(expanded[id(k)] + expanded[id(v)] for k, v in node.value)
+            elif isinstance(node, yaml.SequenceNode):
+                size += sum(expanded[id(v)] for v in node.value)
+            expanded[nid] = size
+            continue
+        if nid in expanded:
+            continue
+        if nid in in_progress:
+            mark = node.start_mark
+            return [Problem(format_path(loc), f"recursive YAML alias at line {mark.line + 1}; remove it")]
+        written += 1
+        in_progress.add(nid)
+        stack.append((node, loc, True))
+        if len(problems) < MAX_REPORTED:
+            bad = _value_problem(node, loc, resolve)
+            if bad:
+                problems.append(Problem(format_path(loc), bad))
+        if isinstance(node, yaml.MappingNode):
+            _mapping(node, loc, problems, stack)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                stack.append((v, (*loc, i), False))
+    limit = max(MAX_EXPANSION_FACTOR * written, MIN_EXPANSION_LIMIT)
+    total = expanded[id(root)]
+    if total > limit:
+        problems.append(
+            Problem(
+                "",
+                f"YAML aliases expand {written} written nodes to {total} (the limit is {limit}) from line "
+                f"{root.start_mark.line + 1} on; write the repeated parts out or use fewer nested aliases",
+            )
+        )
+    return problems
+
+
+def _mapping(node: Any, loc: tuple[Any, ...], problems: list[Problem], stack: list[Any]) -> None:
+    import yaml
+
+    seen: dict[Any, int] = {}
+    for k, v in node.value:
+        line = k.start_mark.line + 1
+        key = k.value if isinstance(k, yaml.ScalarNode) else None
+        if key is None and len(problems) < MAX_REPORTED:
+            kind = "list" if isinstance(k, yaml.SequenceNode) else "mapping"
+            problems.append(
+                Problem(
+                    format_path(loc),
+                    f"a key at line {line}, column {k.start_mark.column + 1} is a {kind}; a mapping key is a "
+                    "plain name: write it as text",
+                )
+            )
+        if key is not None and k.tag != _Y + "merge":
+            if key in seen and len(problems) < MAX_REPORTED:
+                problems.append(
+                    Problem(
+                        format_path((*loc, key)),
+                        f"duplicate key {key!r} at line {line} (first at line {seen[key]}); keep one of them",
+                    )
+                )
+            seen.setdefault(key, line)
+        stack.append((v, (*loc, key if key is not None else "?"), False))
+        # A key's own value checks (a tag, a 1.1 number) are reported at the mapping holding it.
+        stack.append((k, (*loc, key) if key is not None else loc, False))
+
+
+def _value_problem(node: Any, loc: tuple[Any, ...], resolve: Any) -> str | None:
+    import yaml
+
+    line = node.start_mark.line + 1
+    if isinstance(node, yaml.ScalarNode):
+        plain = node.style in (None, "")
+        implicit = resolve(yaml.ScalarNode, node.value, (True, False)) if plain else _Y + "str"
+        if node.tag != implicit and not (node.tag == _Y + "str" and not plain):
+            return _explicit_tag(node.tag, line)
+        if not plain:
+            return None
+        return _plain_problem(node.tag, node.value, loc, line)
+    default = _Y + ("map" if isinstance(node, yaml.MappingNode) else "seq")
+    if node.tag != default:
+        return _explicit_tag(node.tag, line)
+    return None
+
+
+def _explicit_tag(tag: str, line: int) -> str:
+    shown = tag.replace(_Y, "!!")
+    return (
+        f"explicit YAML tag {shown} at line {line}; a manifest is plain data: write the value without the "
+        "tag (quote it to keep it as text)"
+    )
+
+
+def _plain_problem(tag: str, text: str, loc: tuple[Any, ...], line: int) -> str | None:
+    keep = f"quote it ('{text}') to keep the text"
+    if tag == _Y + "bool" and text not in _PLAIN_BOOL:
+        word = "true" if text.lower() in ("yes", "on", "y") else "false"
+        return (
+            f"the plain word {text!r} at line {line} is read by YAML 1.1 as {word}; write {word}, or {keep}"
+        )
+    if tag == _Y + "int" and not _PLAIN_INT.match(text):
+        return (
+            f"the plain value {text!r} at line {line} is read by YAML 1.1 as a number other than it reads "
+            f"(octal, hexadecimal, binary, '_' or ':' forms); write the number in decimal, or {keep}"
+        )
+    if tag == _Y + "float":
+        if text.lower().lstrip("+-") in (".inf", ".nan"):
+            return f"{text!r} at line {line} is not a finite number; write a finite number, or {keep}"
+        if not _PLAIN_FLOAT.match(text):
+            return (
+                f"the plain value {text!r} at line {line} is read by YAML 1.1 as a number other than it "
+                f"reads; write it like 1.5 or 2.0e+3, or {keep}"
+            )
+    if tag == _Y + "timestamp" and tuple(loc) not in DATETIME_PATHS:
+        return f"the plain value {text!r} at line {line} is read by YAML as a date; {keep}"
+    return None
