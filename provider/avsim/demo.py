@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -159,7 +160,8 @@ def run_demo(
             started = bool(stack.procs)
             stack.stop()
             if started:
-                console.print(f"stopped Airflow on {home}")
+                with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+                    console.print(f"stopped Airflow on {home}")
 
 
 def _run_week(
@@ -238,7 +240,12 @@ def _run_week(
 
 @contextlib.contextmanager
 def stops_like_ctrl_c() -> Iterator[None]:
-    """Within: SIGTERM and SIGHUP raise KeyboardInterrupt, as Ctrl-C does (main thread only)."""
+    """Within: SIGTERM and SIGHUP raise KeyboardInterrupt, as Ctrl-C does (main thread only).
+
+    A signal ignored on entry stays ignored (``nohup avsim demo`` keeps running without a terminal).
+    The demo also gets SIGHUP when its parent dies (``make`` killed alone, say), as when its
+    terminal closes (Linux).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -246,12 +253,29 @@ def stops_like_ctrl_c() -> Iterator[None]:
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in STOP_SIGNALS}
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(sig, interrupt)
+    parent = os.getppid()
+    set_parent_death_signal(signal.SIGHUP)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGHUP)
     try:
         yield
     finally:
+        set_parent_death_signal(0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def set_parent_death_signal(sig: int) -> None:
+    """The signal Linux sends this process when its parent dies (PR_SET_PDEATHSIG; 0: none)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(sig))
 
 
 def ignore_stop_signals() -> None:
@@ -283,8 +307,8 @@ def claim_home(stack: LocalStack, say: Callable[[str], object], timeout: float =
             if time.monotonic() > deadline:
                 raise AvsimError(f"{busy}, and it did not stop within {timeout:.0f}s") from None
             time.sleep(0.5)
-    strays = procwatch.Targets(marks={f"AIRFLOW_HOME={stack.home}"})
     spare = procwatch.ancestors(os.getpid())  # a shell that exported this AIRFLOW_HOME is not a stray
+    strays = stray_targets(stack.home, spare)
     if left := strays.remaining(spare):
         say(f"{len(left)} processes of an earlier Airflow stack still run on {stack.home}; stopping them")
         procwatch.end(strays, exclude=spare)
@@ -336,3 +360,16 @@ def finish(console: Any, stack: LocalStack, run_id: str, p: Progress, exit_when_
         except KeyboardInterrupt:
             pass
     return 0 if p.parent_state == "success" else 1
+
+
+def stray_targets(home: Path, spare: set[int]) -> procwatch.Targets:
+    """Processes of ``home`` that no watcher answers for: started with its ``AIRFLOW_HOME`` (not in
+    ``spare``), with the sessions they lead (a component's workers retitle themselves and their
+    environment can no longer be read)."""
+    mark = f"AIRFLOW_HOME={home}"
+    targets = procwatch.Targets(marks={mark})
+    for pid in procwatch.marked_processes([mark], exclude=spare):
+        fields = procwatch.stat_fields(pid)
+        if fields is not None and fields[3] == pid:
+            targets.add(f"session {pid} SIGTERM")
+    return targets

@@ -6,21 +6,23 @@ when the process that started them dies any other way (``kill -9``, a test kille
 The watcher closes that gap: a small process in a session of its own, started by the stack's owner,
 reading a pipe whose write end only the owner holds. The owner tells it, one line each, what to end
 (``session SID SIGNAL``, ``mark NAME=VALUE``, ``remove PATH``); the pipe reaches end-of-file when
-the owner closes it or dies, however it dies. The watcher then sends each session's process group
-its stop signal, waits up to :data:`GRACE_SECONDS` for every member of those sessions and every
-process started with one of the marks in its environment to exit, kills what is left with SIGKILL,
-removes the paths, and exits.
+the owner closes it or dies, however it dies. The watcher then sends each session its stop signal,
+waits up to :data:`GRACE_SECONDS` for every member of those sessions and every process started with
+one of the marks in its environment to exit, kills what is left with SIGKILL, removes the paths,
+and exits.
 
 Sessions catch the grandchildren (LocalExecutor workers, task supervisors and task processes, which
-Airflow puts in process groups of their own but never in new sessions); the environment mark catches
-what left its session (a phase process, a CLI call that was running). Linux only: elsewhere the
-look-ups find nothing and only the process groups are signalled.
+Airflow puts in process groups of their own but never in new sessions, and whose retitled command
+lines hide their environment); the environment mark catches what left its session (a phase
+process, a CLI call that was running). Linux only: elsewhere the look-ups find nothing and only the
+process groups are signalled.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 GRACE_SECONDS = 20.0
+TRACK_SECONDS = 2.0
 KILL_WAIT_SECONDS = 5.0
 
 
@@ -114,11 +117,48 @@ def _signal(pids: Iterable[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
+def _open_pidfd(pid: int) -> int | None:
+    """A descriptor naming this very process (not whatever reuses its pid later); None if unsupported."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _still_running(pid: int, pidfd: int | None) -> bool:
+    if pidfd is None:
+        return alive(pid)
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@dataclass
+class Session:
+    """A session the watcher ends: its leader's pid (= the session id) and the signal that stops it.
+
+    pids are reused (32,768 of them by default), so a session id is trusted only while it stays
+    taken: while its leader runs, or while members it left run (an id is not given out again while
+    any process is in that session). The watcher looks every :data:`TRACK_SECONDS` once the leader
+    has gone; a session found empty then is retired for good, whatever later has its id.
+    """
+
+    sid: int
+    stop_signal: int
+    pidfd: int | None
+    retired: bool = False
+
+    def led(self) -> bool:
+        return not self.retired and _still_running(self.sid, self.pidfd)
+
+
 @dataclass
 class Targets:
     """What one stack asked to be ended: sessions with their stop signal, environment marks, paths."""
 
-    sessions: dict[int, int] = field(default_factory=dict)
+    sessions: list[Session] = field(default_factory=list)
     marks: set[str] = field(default_factory=set)
     paths: list[str] = field(default_factory=list)
 
@@ -126,35 +166,61 @@ class Targets:
         kind, _, value = line.strip().partition(" ")
         if kind == "session":
             sid, _, signame = value.partition(" ")
-            self.sessions[int(sid)] = int(getattr(signal, signame or "SIGTERM"))
+            stop_signal = int(getattr(signal, signame or "SIGTERM"))
+            self.sessions.append(Session(int(sid), stop_signal, _open_pidfd(int(sid))))
         elif kind == "mark":
             self.marks.add(value)
         elif kind == "remove":
             self.paths.append(value)
 
+    def live_sessions(self) -> list[Session]:
+        return [s for s in self.sessions if not s.retired]
+
+    def track(self) -> None:
+        """Retire the sessions that have neither leader nor members left."""
+        leaderless = [s for s in self.live_sessions() if not s.led()]
+        if not leaderless:
+            return
+        populated = {
+            fields[3]
+            for pid in session_processes(s.sid for s in leaderless)
+            if (fields := stat_fields(pid)) is not None
+        }
+        for session in leaderless:
+            session.retired = session.sid not in populated
+
     def remaining(self, exclude: Iterable[int] = ()) -> list[int]:
-        return sorted({*session_processes(self.sessions, exclude), *marked_processes(self.marks, exclude)})
+        sids = [s.sid for s in self.live_sessions()]
+        return sorted({*session_processes(sids, exclude), *marked_processes(self.marks, exclude)})
 
 
 def end(targets: Targets, *, grace: float = GRACE_SECONDS, exclude: Iterable[int] = ()) -> list[int]:
     """Stop everything ``targets`` names: stop signals, ``grace`` seconds, then SIGKILL.
 
+    A session whose leader runs gets its stop signal through the leader's process group (as a
+    terminal's Ctrl-C would reach it); the members a gone leader left get it one by one.
     Returns the pids that had to be killed with SIGKILL.
     """
     skip = set(exclude)
-    for sid, sig in targets.sessions.items():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(sid, sig)
+    targets.track()
+    for session in targets.live_sessions():
+        if session.led():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(session.sid, session.stop_signal)
+        else:
+            _signal(session_processes([session.sid], skip), session.stop_signal)
     _signal(marked_processes(targets.marks, skip), signal.SIGTERM)
     deadline = time.monotonic() + grace
     while (left := targets.remaining(skip)) and time.monotonic() < deadline:
         time.sleep(0.2)
+        targets.track()
     killed = left
     deadline = time.monotonic() + KILL_WAIT_SECONDS
     while left and time.monotonic() < deadline:
-        for sid in targets.sessions:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(sid, signal.SIGKILL)
+        for session in targets.live_sessions():
+            if session.led():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(session.sid, signal.SIGKILL)
         _signal(left, signal.SIGKILL)
         time.sleep(0.1)
         left = targets.remaining(skip)
@@ -171,14 +237,27 @@ def _stop_now(signum: int, frame: object) -> None:
     raise _Stop
 
 
-def watch(lines: Iterable[str], owner: int, grace: float = GRACE_SECONDS) -> list[int]:
+def read_targets(fd: int, targets: Targets) -> None:
+    """Add the lines read from ``fd`` to ``targets`` until end-of-file; track the sessions meanwhile."""
+    pending = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], TRACK_SECONDS)
+        if not ready:
+            targets.track()
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            targets.add(line.decode())
+
+
+def watch(fd: int, owner: int, grace: float = GRACE_SECONDS) -> list[int]:
     """The watcher's life: collect targets until end-of-file (or SIGTERM), then end them (sparing the owner)."""
     targets = Targets()
-    try:
-        for line in lines:
-            targets.add(line)
-    except _Stop:
-        pass
+    with contextlib.suppress(_Stop):
+        read_targets(fd, targets)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return end(targets, grace=grace, exclude=(owner,))
 
@@ -236,7 +315,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _stop_now)
     owner = os.getppid()
     grace = float(sys.argv[1]) if len(sys.argv) > 1 else GRACE_SECONDS
-    watch(sys.stdin, owner, grace)
+    watch(sys.stdin.fileno(), owner, grace)
 
 
 if __name__ == "__main__":
