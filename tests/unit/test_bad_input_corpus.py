@@ -27,7 +27,7 @@ from avsim.errors import ManifestError, Problem
 from avsim.manifest.loader import DEFAULT_MAX_BYTES, load_manifest
 from avsim.manifest.secrets import USE_A_CONNECTION
 from avsim.plan.model import WeeklyPlan
-from avsim.settings import AvsimSettings
+from avsim.settings import AvsimSettings, ManifestSafetySettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "corpus"
@@ -195,8 +195,39 @@ MANIFESTS: list[Any] = [
     ),
     Bad("bad_secret_private_key.yaml", "cases[1].parameters.tls", "a private key (-----BEGIN RSA", "MIIEow"),
     # found by this corpus: PyYAML's constructor raised ValueError, which the loader let through
-    Bad("bad_yaml_impossible_date.yaml", "", "month must be in 1..12"),
-    Bad("bad_yaml_huge_int.yaml", "", "quote it"),
+    Bad(
+        "bad_yaml_impossible_date.yaml", "run.deadline", "at line 6 is no date-time (month must be in 1..12)"
+    ),
+    Bad("bad_yaml_huge_int.yaml", "cases[0].seed", "has 5000 digits (at most 4300); quote it"),
+    # issue 16: no silent changes, the OCI grammar, ids, URIs, deadlines, locations
+    Bad("bad_case_id_spaces.yaml", "cases[0].id", "case id ' case-00001' has leading or trailing whitespace"),
+    Bad("bad_case_id_cyrillic.yaml", "cases[0].id", "(U+0430 CYRILLIC SMALL LETTER A) at position 1"),
+    Bad("bad_case_id_case_collision.yaml", "cases[1].id", "differs from cases[0].id 'case-00001' only in"),
+    Bad("bad_build_id_spaces.yaml", "run.build.build_id", "'sim-2026.49.1 ' has leading or trailing"),
+    Bad("bad_gpus_yes.yaml", f"{PHASE}.simulate.resources.gpus", "the plain word 'yes' at line 22 is read"),
+    Bad("bad_checkpoint_number.yaml", f"{PHASE}.simulate.checkpoint", "must be true or false, got int 1"),
+    Bad("bad_parameters_nan.yaml", "cases[0].parameters.ego_speed_kph", "'.nan' at line 54 is not a finite"),
+    Bad("bad_parameters_binary.yaml", "cases[0].parameters.weather", "explicit YAML tag !!binary at line 54"),
+    Bad(
+        "bad_parameters_norway.yaml", "cases[0].parameters.country", "read by YAML 1.1 as false; write false"
+    ),
+    Bad("bad_parameters_octal.yaml", "cases[0].parameters.mode", "'0755' at line 54 is read by YAML 1.1"),
+    Bad("bad_parameters_date.yaml", "cases[0].parameters.day", "is read by YAML as a date; quote it"),
+    Bad("bad_list_as_key.yaml", "cases[0].parameters", "is a list; a mapping key is a plain name"),
+    Bad("bad_image_empty_component.yaml", "run.build.image", "empty path component"),
+    Bad(
+        "bad_image_tag_and_digest.yaml", "run.build.image", "the digest pins what runs and the tag would mis"
+    ),
+    Bad("bad_image_uppercase.yaml", "run.build.image", "invalid path component 'Avsim' (upper case"),
+    Bad("bad_uri_metadata.yaml", "cases[0].scenario.uri", "points at a cloud metadata service"),
+    Bad("bad_uri_loopback_decimal.yaml", "cases[0].scenario.uri", "points at a loopback address"),
+    Bad("bad_uri_file_passwd.yaml", "cases[0].scenario.uri", "is outside the allowed roots"),
+    Bad("bad_uri_dotdot.yaml", "cases[0].scenario.uri", "has a '.' or '..' path segment"),
+    Bad("bad_deadline_before_week.yaml", "run.deadline", "is before ISO week 2026-W49 starts"),
+    Bad("bad_phase_names_differ_in_case.yaml", f"{PHASE}.report", "'report' differs from 'Report' only in"),
+    Bad(
+        "bad_json_infinity.json", "cases[1].seed", "Infinity is not a JSON number; use a finite number (line"
+    ),
 ]
 
 
@@ -214,6 +245,8 @@ def plan() -> WeeklyPlan:
 
 
 def _settings(root: Path, **kw: Any) -> AvsimSettings:
+    # The corpus is one fixed week (2026-W49): once it is over, preparing it replays a past week.
+    kw.setdefault("manifest_safety", ManifestSafetySettings(allow_past_deadline=True))
     return AvsimSettings(shard_size=10, artifact_root=f"file://{root}", **kw)
 
 

@@ -24,6 +24,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from test_manifest_locations import assert_located  # every refusal names where (issue 16)
 
 from avsim.errors import ManifestError
 from avsim.manifest.field_errors import _unwrap, format_path
@@ -109,6 +110,7 @@ def check_outcome(doc: Any, run: Any, *, parsed_here: bool = False) -> None:
         assert problems, "a ManifestError without problems"
         for p in problems:
             assert p.message.strip(), p
+            assert_located(p)
             if p.path:
                 assert points_into(p.path, doc), f"{p.path!r} does not point into the document ({p})"
             else:
@@ -199,6 +201,8 @@ def test_random_bytes_are_refused_with_a_message(raw: bytes, fmt: Any) -> None:
     with pytest.raises(ManifestError) as exc:
         parse_manifest_text(raw, source="fuzz", fmt=fmt)
     assert exc.value.problems and all(p.message.strip() for p in exc.value.problems)
+    for p in exc.value.problems:
+        assert_located(p)
 
 
 def _parsed(text: str, fmt: str) -> Any:

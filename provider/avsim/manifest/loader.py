@@ -257,6 +257,14 @@ def _parse_yaml(text: str, source: str) -> Any:
             node = loader.get_single_node()
         except yaml.MarkedYAMLError as exc:
             raise _error(_yaml_syntax(exc), source) from None
+        except yaml.reader.ReaderError as exc:  # a character YAML does not take: say where it is
+            before = text[: exc.position]
+            line, column = before.count("\n") + 1, exc.position - (before.rfind("\n") + 1) + 1
+            raise _error(
+                f"YAML error at line {line}, column {column}: character #x{exc.character:04x} is not allowed in "
+                "YAML (a control character); remove it or write it as an escape in a double-quoted string",
+                source,
+            ) from None
         except yaml.YAMLError as exc:
             raise _error(f"YAML error: {exc}", source) from None
         if node is None:

@@ -31,6 +31,8 @@ DATETIME_PATHS = frozenset({("run", "deadline")})
 _Y = "tag:yaml.org,2002:"
 _PLAIN_INT = re.compile(r"^-?(0|[1-9][0-9]*)$")
 _PLAIN_FLOAT = re.compile(r"^-?[0-9]+\.[0-9]*([eE][-+][0-9]+)?$|^-?\.[0-9]+([eE][-+][0-9]+)?$")
+#: Python refuses to convert longer integer text (sys.get_int_max_str_digits()).
+MAX_INT_DIGITS = 4300
 _PLAIN_BOOL = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
 
 
@@ -150,6 +152,11 @@ def _plain_problem(tag: str, text: str, loc: tuple[Any, ...], line: int) -> str 
         return (
             f"the plain word {text!r} at line {line} is read by YAML 1.1 as {word}; write {word}, or {keep}"
         )
+    if tag == _Y + "int" and len(text) > MAX_INT_DIGITS:
+        return (
+            f"the number at line {line} has {len(text)} digits (at most {MAX_INT_DIGITS}); quote it to keep "
+            "the text"
+        )
     if tag == _Y + "int" and not _PLAIN_INT.match(text):
         return (
             f"the plain value {text!r} at line {line} is read by YAML 1.1 as a number other than it reads "
@@ -163,6 +170,18 @@ def _plain_problem(tag: str, text: str, loc: tuple[Any, ...], line: int) -> str 
                 f"the plain value {text!r} at line {line} is read by YAML 1.1 as a number other than it "
                 f"reads; write it like 1.5 or 2.0e+3, or {keep}"
             )
-    if tag == _Y + "timestamp" and tuple(loc) not in DATETIME_PATHS:
-        return f"the plain value {text!r} at line {line} is read by YAML as a date; {keep}"
+    if tag == _Y + "timestamp":
+        if tuple(loc) not in DATETIME_PATHS:
+            return f"the plain value {text!r} at line {line} is read by YAML as a date; {keep}"
+        return _impossible_date(text, line)
+    return None
+
+
+def _impossible_date(text: str, line: int) -> str | None:
+    import yaml
+
+    try:
+        yaml.constructor.SafeConstructor().construct_yaml_timestamp(yaml.ScalarNode(_Y + "timestamp", text))
+    except ValueError as exc:
+        return f"{text!r} at line {line} is no date-time ({exc}); write it like '2026-12-06T18:00:00Z'"
     return None
