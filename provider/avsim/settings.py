@@ -110,6 +110,13 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     ),
     "kubernetes_run_as_user": ("1000", "integer", "UID phase containers run as (never root)."),
     "shard_poll_seconds": ("10", "float", "How often the parent run checks its shard runs."),
+    "airflow_api_conn_id": (
+        "avsim_airflow_api",
+        "string",
+        "Airflow connection of the Airflow REST API (type avsim_airflow_api: the API server's URL, and a "
+        "login and password or extra.token) through which a cleared `shards` task clears its failed shard "
+        "run's failed task instances: the repair in place (docs/operations.md, runbook 2).",
+    ),
     "max_manifest_bytes": ("67108864", "integer", "Largest manifest accepted, in bytes."),
     # manifest safety (issue 16)
     "max_manifest_cases": (

@@ -218,7 +218,8 @@ def test_bad_manifest_fails_fast_and_starts_no_shard(stack: LocalStack) -> None:
 
 
 def test_clearing_a_failed_phase_in_a_shard_run_reruns_it(stack: LocalStack) -> None:
-    """An engineer clears a case's failed phase (and its downstream) in the shard run, then the report."""
+    """The per-shard path: an engineer clears "Only failed" + "Downstream" in one shard run; its
+    summary (its failed leaf) reruns too and refreshes the weekly report."""
     doc = sample_manifest(6, time_scale=0.00002, scenario_fail_rate=0.0)
     case = next(c for c in doc["cases"] if c["graph"] == "standard")
     # evaluate crashes on every try of this run (retries: 2, so tries 1-3) and works on the 4th.
@@ -227,13 +228,16 @@ def test_clearing_a_failed_phase_in_a_shard_run_reruns_it(stack: LocalStack) -> 
     manifest.write_text(json.dumps(doc))
     run_id = "it__rerun"
     trigger(stack, "avsim_weekly", run_id, {"manifest": str(manifest)})
-    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=600) == "success"
+    # The case needs attention: its shard run, that shard's map index and the weekly run fail.
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=600) == "failed"
     layout = RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for("avsim_weekly", run_id))
     report = _read(f"{layout.report_dir}/report.json")
     assert report["totals"]["infra_failed"] == 1
     assert [(f["case_id"], f["phase"]) for f in report["failed_cases"]] == [(case["id"], "evaluate")]
+    assert report["verdict"]["state"] == "needs_attention"
 
     shard_run = f"{run_id}__shard_0001"
+    assert query(stack, "SELECT state FROM dag_run WHERE run_id = :r", r=shard_run) == [("failed",)]
     [(map_index, state, tries)] = query(
         stack,
         "SELECT map_index, state, try_number FROM task_instance WHERE dag_id = 'avsim_weekly_shard' "
@@ -250,22 +254,17 @@ def test_clearing_a_failed_phase_in_a_shard_run_reruns_it(stack: LocalStack) -> 
         {"dag_run_id": shard_run, "only_failed": True, "include_downstream": True, "dry_run": False},
     )
     cleared_ids = {(t["task_id"], t["map_index"]) for t in cleared["task_instances"]}
-    # Only this case's failed phase and its downstream (per map index); the shard's summarize
-    # succeeded, so "Only failed" leaves it alone.
-    assert cleared_ids == {("standard.evaluate", map_index), ("standard.report", map_index)}
-    assert wait_for_run(stack, "avsim_weekly_shard", shard_run, timeout=300) == "success"
-    # Then the shard's summarize: it rewrites the shard summary and refreshes the week's report.
-    again = api(
-        stack,
-        "POST",
-        "/api/v2/dags/avsim_weekly_shard/clearTaskInstances",
-        {"dag_run_id": shard_run, "task_ids": ["summarize"], "only_failed": False, "dry_run": False},
-    )
-    assert {(t["task_id"], t["map_index"]) for t in again["task_instances"]} == {("summarize", -1)}
+    # Only this case's failed phase and its downstream (per map index), and the shard's summary,
+    # which failed because the case needed attention.
+    assert cleared_ids == {
+        ("standard.evaluate", map_index),
+        ("standard.report", map_index),
+        ("summarize", -1),
+    }
     assert wait_for_run(stack, "avsim_weekly_shard", shard_run, timeout=300) == "success"
     rerun = _read(f"{layout.report_dir}/report.json")
     assert rerun["totals"]["infra_failed"] == 0 and rerun["totals"]["cases"] == 6
-    assert rerun["failed_cases"] == []
+    assert rerun["failed_cases"] == [] and rerun["verdict"]["state"] == "passed"
     tries_after = query(
         stack,
         "SELECT task_id, try_number, state FROM task_instance WHERE dag_id = 'avsim_weekly_shard' "

@@ -38,8 +38,10 @@ def weekly_stack(
     gpus: int = 4,
     cpus: int = 8,
     extra_env: Mapping[str, str] | None = None,
+    port: int = 0,
 ) -> Iterator[LocalStack]:
-    """Start the stack with the weekly DAGs loaded; stop everything after."""
+    """Start the stack with the weekly DAGs loaded; stop everything after (``port``: the API
+    server's, when a test must name it in a connection before the stack starts)."""
     catalog = fast_retry_catalog(base / "graphs.yaml")
     with postgres_cluster() as url:
         stack = LocalStack(
@@ -47,6 +49,7 @@ def weekly_stack(
             dags_folder=ROOT / "dags",
             plugins_folder=ROOT / "plugins",
             sql_alchemy_conn=url,
+            port=port,
             extra_env={
                 "AIRFLOW__AVSIM__SHARD_SIZE": str(shard_size),
                 "AIRFLOW__AVSIM__MAX_ACTIVE_SHARDS": str(max_active_shards),

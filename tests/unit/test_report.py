@@ -94,6 +94,7 @@ def test_totals_and_phase_counts() -> None:
         "infra_failed": 1,
         "preempted": 0,
         "bad_build": 0,
+        "not_started": 0,
         "missing": 1,
         "shards": 2,
     }

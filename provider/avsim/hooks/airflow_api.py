@@ -111,13 +111,22 @@ class AirflowApiHook(BaseHook):
             )
         return {"Authorization": f"Bearer {resp.json()['access_token']}"}
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _call(self, method: str, path: str, *, tries: int = 3, **kwargs: Any) -> Any:
+        """One API call; a 5xx answer (two writers colliding in the database) is tried again, since
+        every call avsim makes is idempotent (a clear of cleared task instances, a pool's slots)."""
+        import time
+
         import httpx
 
-        try:
-            resp = self._client.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise AirflowApiError(f"{method} {self.base_url}{path} failed: {exc}") from None
+        for attempt in range(1, tries + 1):
+            try:
+                resp = self._client.request(method, path, **kwargs)
+            except httpx.HTTPError as exc:
+                raise AirflowApiError(f"{method} {self.base_url}{path} failed: {exc}") from None
+            if resp.status_code < 500 or attempt == tries:
+                break
+            self.log.warning("%s %s answered HTTP %d; trying again", method, path, resp.status_code)
+            time.sleep(attempt)
         if resp.status_code >= 400:
             raise AirflowApiError(
                 f"{method} {self.base_url}{path} answered HTTP {resp.status_code}: {resp.text[:300]}"
@@ -158,6 +167,19 @@ class AirflowApiHook(BaseHook):
         return int(doc["slots"])
 
     # -- task instances -------------------------------------------------------------------------
+    def task_instance_state(
+        self, dag_id: str, dag_run_id: str, task_id: str, map_index: int = -1
+    ) -> str | None:
+        """A task instance's state (None: not scheduled yet, or cleared)."""
+        path = (
+            f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(dag_run_id, safe='')}/taskInstances/"
+            f"{quote(task_id, safe='')}"
+        )
+        if map_index >= 0:
+            path += f"/{map_index}"
+        state = self._call("GET", path).get("state")
+        return None if state is None else str(state)
+
     def clear_task_instances(
         self,
         dag_id: str,

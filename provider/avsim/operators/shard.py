@@ -121,16 +121,7 @@ class ShardRunOperator(TriggerDagRunOperator):
             cleared = hook.clear_task_instances(
                 self.trigger_dag_id, run_id, only_failed=True, include_downstream=True, note=note[:1000]
             )
-            # The week's report must be written again after every shard: a clear of selected map
-            # indexes leaves it alone (it may even have succeeded before a shard failed for good).
-            hook.clear_task_instances(
-                ti.dag_id,
-                parent.run_id,
-                only_failed=False,
-                include_downstream=False,
-                task_ids=["report"],
-                reset_dag_runs=False,
-            )
+            self._clear_the_report(hook, ti.dag_id, parent.run_id)
         except AirflowApiError as exc:
             raise RepairFailed(
                 f"shard run {run_id} failed and could not be repaired in place: {exc}. Check the Airflow "
@@ -158,6 +149,34 @@ class ShardRunOperator(TriggerDagRunOperator):
                 "task_instances": [list(t) for t in tasks[:200]],
             },
         )
+
+    def _clear_the_report(self, hook: Any, dag_id: str, run_id: str, tries: int = 5) -> None:
+        """Have the weekly report written again after every shard: a clear of selected map indexes
+        leaves it alone. Nothing to do when it is waiting already (a clear of the whole run took it);
+        several shards repairing at once may collide in the database, so a failed clear is tried again."""
+        import time
+
+        from avsim.hooks.airflow_api import AirflowApiError
+
+        for attempt in range(1, tries + 1):
+            state = hook.task_instance_state(dag_id, run_id, "report")
+            if state not in ("success", "failed", "upstream_failed", "skipped"):
+                return
+            try:
+                hook.clear_task_instances(
+                    dag_id,
+                    run_id,
+                    only_failed=False,
+                    include_downstream=False,
+                    task_ids=["report"],
+                    reset_dag_runs=False,
+                )
+                return
+            except AirflowApiError as exc:
+                if attempt == tries:
+                    raise
+                self.log.warning("clearing the weekly report failed (%s); trying again", exc)
+                time.sleep(attempt)
 
     def execute_complete(self, context: Any, event: tuple[str, dict[str, Any]]) -> dict[str, Any]:
         from avsim.storage import exists, read_json

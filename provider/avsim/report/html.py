@@ -289,6 +289,39 @@ def _rerun(report: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def _verdict(report: Mapping[str, Any]) -> str:
+    """The week's verdict in one line, and the repairs in place of its failed shard runs."""
+    verdict: Mapping[str, Any] = report.get("verdict") or {}
+    repairs: list[Mapping[str, Any]] = list(report.get("repairs") or [])
+    out = []
+    if verdict:
+        state = str(verdict.get("state") or "passed")
+        cls = "passed" if state == "passed" else "infra_failed"
+        out.append(
+            f'<p id="verdict" data-verdict="{escape(state, quote=True)}"><b class="{cls}">'
+            f"{escape(state.replace('_', ' '))}</b>: {escape(str(verdict.get('line') or ''))}</p>"
+        )
+    if repairs:
+        rows = [
+            "<tr>"
+            + _cell(r.get("shard"), "num")
+            + _cell(r.get("shard_run_id"))
+            + _cell(r.get("parent_try"), "num")
+            + _cell(r.get("at"))
+            + _cell(r.get("cleared"), "num")
+            + "</tr>"
+            for r in repairs
+        ]
+        out += [
+            f'<h2>Repaired in place ({escape(_fmt(len(repairs)))})</h2><p class="note">This run was '
+            "repaired in place: clearing its failed task instances cleared, in each failed shard run, the "
+            "failed phases of the failed cases, their downstream phases and the shard's summary; the "
+            "outcomes above are the ones after the repair.</p>",
+            _table(["shard", "shard run", "try of shards", "at", "task instances cleared"], rows),
+        ]
+    return "".join(out)
+
+
 def render_html(report: Mapping[str, Any]) -> str:
     """The page for ``report`` (as built by :func:`avsim.report.build.build_report`)."""
     run: Mapping[str, Any] = report.get("run") or {}
@@ -319,6 +352,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
         f'<header><h1>{escape(title)}</h1><div class="meta">{meta_html}</div></header><main>',
+        _verdict(report),
         _rerun(report),
         "<h2>Cases</h2>",
         _cards(totals),

@@ -102,7 +102,7 @@ def progress_page(dag_id: str, run_id: str, api_url: str) -> str:
 <h2>Progress over time</h2><div id="timeline"></div><p class="note" id="timeline-note"></p>
 <h2>GPU-hours and deadline</h2><div class="cards" id="budget"></div><p class="note" id="deadline-note"></p>
 <h2>Canary and breaker</h2><div id="guards"></div>
-<h2>Shards</h2><p id="shards"></p>
+<h2>Shards</h2><p id="shards"></p><p id="repairs" class="note"></p>
 <h2 id="failed-title">Failed cases</h2><div id="failed"></div>
 <p><button id="prev" type="button">previous</button> <button id="next" type="button">next</button>
 <span class="note" id="page"></span></p>
@@ -180,6 +180,9 @@ function render(d) {
   const s = d.shards;
   $("shards").innerHTML = `${num(s.done)} done · ${num(s.running)} running · ${num(s.queued)} queued · ${num(s.not_started)} not started of ${num(s.planned)}` +
     (s.active.length ? " · active: " + s.active.map((r) => link(r.url, `shard ${r.shard}`)).join(", ") : "");
+  const rp = d.repairs || [];
+  $("repairs").innerHTML = rp.length ? `<b data-repaired="${rp.length}">repaired in place</b>: ` + rp.map((r) =>
+    `shard ${esc(r.shard)} (try ${esc(r.parent_try)} of its shards task, ${esc(r.at)}, ${num(r.cleared)} task instances cleared)`).join("; ") : "";
   const f = d.failed;
   $("failed-title").textContent = `Failed cases (${f.total.toLocaleString("en-US")})`;
   $("failed").innerHTML = f.items.length ? `<table id="failed-table"><thead><tr><th>case</th><th>graph</th><th>phase</th><th>class</th>

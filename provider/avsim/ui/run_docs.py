@@ -137,3 +137,13 @@ def breaker(root: str, image: str | None, gate_digest: str | None) -> dict[str, 
             return {"available": True, **{k: doc.get(k) for k in keys}}
     where = tried[0] if tried else "no image digest in the manifest"
     return {"available": False, "state": "closed", "message": f"no breaker record: never tripped ({where})"}
+
+
+def repairs(layout: RunLayout) -> list[dict[str, Any]]:
+    """The repairs in place of the run's failed shard runs (a cleared ``shards`` task), oldest first."""
+    from avsim.ledger.store import Ledger
+
+    return [
+        {k: r.get(k) for k in ("shard", "shard_run_id", "parent_try", "at", "cleared")}
+        for r in Ledger(layout).repairs()
+    ]

@@ -431,6 +431,7 @@ def week_progress(
         "deadline": run_docs.deadline(layout, head.get("deadline") or plan.get("deadline")),
         "canary": canary,
         "breaker": run_docs.breaker(ref.artifact_root, head.get("image"), canary.get("digest")),
+        "repairs": run_docs.repairs(layout),
         "failed": _failed(digests, ref, base, max(0, offset), max(1, min(limit, MAX_LIMIT))),
         "links": {
             "report": urls.report_page(ref.run_key, base),

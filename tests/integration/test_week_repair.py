@@ -1,0 +1,275 @@
+"""The weekly run is the one place to watch and repair a week, on a real stack with real logins.
+
+A 12-case week (no canary, shards of 4) runs on the real scheduler, dag-processor, triggerer and
+API server on PostgreSQL, with the simple auth manager and named users (not the all-admins mode):
+``engineer`` (role user) makes the clears, as an engineer would, and avsim's repair authenticates
+as ``avsim-repair`` (role user) through the ``avsim_airflow_api`` connection, as in production.
+
+One case of shard 1 and one of shard 2 crash in ``evaluate`` until a marker file exists (a broken
+node pool that someone then fixes); a case of shard 3 fails its scenario (a result). The weekly run
+must end failed with exactly those two ``shards`` map indexes failed and labelled; after the fix,
+one clear of the weekly run's failed task instances (REST API in the first test, the Airflow UI's
+"Clear → Only failed" in headless Chromium in the second) must rerun only those cases' failed
+phases and their downstream, then the shards' summaries, then the report, and end the week
+``success`` with the report saying it was repaired in place.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.airflow_run import query, trigger, wait_for_run
+from tests.support.stacks import read_json, weekly_stack
+
+from avsim.artifacts import RunLayout
+from avsim.dagbuild.tasks import run_key_for
+from avsim.manifest.sample import sample_manifest
+from avsim.stack import LocalStack, free_port
+
+pytestmark = pytest.mark.integration
+
+ENGINEER, ENGINEER_PASSWORD = "engineer", "clears-failed-tasks"
+BOT, BOT_PASSWORD = "avsim-repair", "least-privilege"
+SHARD_SIZE = 4
+SHARD_DAG = "avsim_weekly_shard"
+CHROMIUM = "/usr/bin/chromium"
+#: Screenshots of the UI steps (kept for a look after a failure).
+SHOTS = Path("/tmp/avsim-test-shots")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    base = tmp_path_factory.mktemp("repair")
+    passwords = base / "passwords.json"
+    passwords.write_text(json.dumps({ENGINEER: ENGINEER_PASSWORD, BOT: BOT_PASSWORD}))
+    env = {
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ENGINEER}:user,{BOT}:user",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+    }
+    port = free_port()
+    # The repair's connection: the API server's URL and the bot's login, as a deployment sets it.
+    env["AIRFLOW_CONN_AVSIM_AIRFLOW_API"] = json.dumps(
+        {
+            "conn_type": "avsim_airflow_api",
+            "host": "127.0.0.1",
+            "port": port,
+            "login": BOT,
+            "password": BOT_PASSWORD,
+        }
+    )
+    with weekly_stack(base, shard_size=SHARD_SIZE, max_active_shards=3, extra_env=env, port=port) as s:
+        yield s
+
+
+def token(stack: LocalStack, user: str = ENGINEER, password: str = ENGINEER_PASSWORD) -> str:
+    req = urllib.request.Request(
+        f"{stack.api_url}/auth/token",
+        data=json.dumps({"username": user, "password": password}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return str(json.loads(resp.read())["access_token"])
+
+
+def api(stack: LocalStack, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """The REST API as the engineer (role user) calls it."""
+    req = urllib.request.Request(
+        f"{stack.api_url}{path}",
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {token(stack)}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def start_broken_week(stack: LocalStack, run_id: str) -> dict[str, Any]:
+    """Trigger a week whose two crashing cases stay broken until ``marker`` exists; wait for it."""
+    doc = sample_manifest(
+        3 * SHARD_SIZE, time_scale=0.00002, scenario_fail_rate=0.0, crash_rate=0.0, canary={"enabled": False}
+    )
+    marker = stack.home / f"{run_id}.fixed"
+    standard = [i for i, c in enumerate(doc["cases"]) if c["graph"] == "standard"]
+    crash_1 = next(i for i in standard if i < SHARD_SIZE)
+    crash_2 = next(i for i in standard if SHARD_SIZE <= i < 2 * SHARD_SIZE)
+    for i in (crash_1, crash_2):
+        doc["cases"][i]["parameters"]["fakesim"] = {"evaluate": f"crash_until:file://{marker}"}
+    scenario = 2 * SHARD_SIZE
+    doc["cases"][scenario]["parameters"]["fakesim"] = {"simulate": "scenario_failed"}
+    manifest = stack.home / f"{run_id}.json"
+    manifest.write_text(json.dumps(doc))
+    trigger(stack, "avsim_weekly", run_id, {"manifest": str(manifest)})
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=900) == "failed"
+    return {
+        "marker": marker,
+        "crashed": {doc["cases"][crash_1]["id"]: 1, doc["cases"][crash_2]["id"]: 2},
+        "scenario_failed": doc["cases"][scenario]["id"],
+        "layout": RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for("avsim_weekly", run_id)),
+    }
+
+
+def parent_states(stack: LocalStack, run_id: str) -> dict[tuple[str, int], tuple[str, str | None]]:
+    rows = query(
+        stack,
+        "SELECT task_id, map_index, state, rendered_map_index FROM task_instance "
+        "WHERE dag_id = 'avsim_weekly' AND run_id = :r",
+        r=run_id,
+    )
+    return {(t, m): (s, label) for t, m, s, label in rows}
+
+
+def child_tries(stack: LocalStack, run_id: str) -> dict[tuple[str, str, int], tuple[int, str, str | None]]:
+    rows = query(
+        stack,
+        "SELECT run_id, task_id, map_index, try_number, state, rendered_map_index FROM task_instance "
+        "WHERE dag_id = :d AND position(:p in run_id) = 1",
+        d=SHARD_DAG,
+        p=f"{run_id}__",
+    )
+    return {(r, t, m): (n, s, label) for r, t, m, n, s, label in rows}
+
+
+def check_failed_week(stack: LocalStack, run_id: str, week: dict[str, Any]) -> None:
+    """The failure shows on the weekly run: which shards, how many, why; scenario failures stay green."""
+    states = parent_states(stack, run_id)
+    shards = {m: v for (t, m), v in states.items() if t == "shards"}
+    assert shards == {
+        0: ("failed", "shard 1 · 1 need attention"),
+        1: ("failed", "shard 2 · 1 need attention"),
+        2: ("success", "shard 3"),  # its scenario failure is a result
+    }
+    # The run-level phases and the report ran; the report failed after writing, naming the counts.
+    assert states[("run_phases.weekly_summary", -1)][0] == "success"
+    assert states[("report", -1)][0] == "failed"
+    report = read_json(f"{week['layout'].report_dir}/report.json")
+    assert report["verdict"]["state"] == "needs_attention" and report["verdict"]["shards"] == {
+        "1": {"infra_failed": 1},
+        "2": {"infra_failed": 1},
+    }
+    assert report["totals"]["scenario_failed"] == 1 and report["totals"]["infra_failed"] == 2
+    runs = dict(query(stack, "SELECT run_id, state FROM dag_run WHERE dag_id = :d", d=SHARD_DAG))
+    assert {r: s for r, s in runs.items() if r.startswith(f"{run_id}__")} == {
+        f"{run_id}__shard_0001": "failed",
+        f"{run_id}__shard_0002": "failed",
+        f"{run_id}__shard_0003": "success",
+    }
+    logs = stack.home / "logs" / "dag_id=avsim_weekly" / f"run_id={run_id}" / "task_id=shards"
+    text = (logs / "map_index=0" / "attempt=1.log").read_text()
+    case = next(c for c, shard in week["crashed"].items() if shard == 1)
+    assert f"shard 1: 1 of 4 cases need attention (infra_failed 1): {case}/evaluate" in text
+
+
+def check_repaired_week(
+    stack: LocalStack,
+    run_id: str,
+    week: dict[str, Any],
+    before: dict[tuple[str, str, int], tuple[int, str, str | None]],
+) -> None:
+    """Only the crashed cases' failed phase and its downstream reran, then summarize; all green."""
+    after = child_tries(stack, run_id)
+    assert set(after) == set(before)
+    new_tries = {k for k in after if after[k][0] != before[k][0]}
+    expected = set()
+    for case, shard in week["crashed"].items():
+        shard_run = f"{run_id}__shard_{shard:04d}"
+        [map_index] = {m for (r, t, m), v in before.items() if r == shard_run and v[2] == case}
+        expected |= {
+            (shard_run, "standard.evaluate", map_index),
+            (shard_run, "standard.report", map_index),
+            (shard_run, "summarize", -1),
+        }
+    assert new_tries == expected
+    assert all(state in ("success", "skipped") for _n, state, _l in after.values())
+    states = parent_states(stack, run_id)
+    assert {m: v for (t, m), v in states.items() if t == "shards"} == {
+        0: ("success", "shard 1"),
+        1: ("success", "shard 2"),
+        2: ("success", "shard 3"),
+    }
+    report = read_json(f"{week['layout'].report_dir}/report.json")
+    assert report["verdict"]["state"] == "passed"
+    assert report["totals"]["infra_failed"] == 0 and report["totals"]["passed"] == 11
+    assert report["totals"]["scenario_failed"] == 1
+    repairs = report["repairs"]
+    assert [(r["shard"], r["parent_try"]) for r in repairs] == [(1, 2), (2, 2)] or [
+        (r["shard"], r["parent_try"]) for r in sorted(repairs, key=lambda r: r["shard"])
+    ] == [(1, 2), (2, 2)]
+    assert all(r["cleared"] == 3 for r in repairs)
+    html = Path(f"{week['layout'].report_dir}/report.html".removeprefix("file://")).read_text()
+    assert "repaired in place" in html
+
+
+def test_one_clear_of_the_weekly_run_through_the_rest_api_repairs_every_failed_shard(
+    stack: LocalStack,
+) -> None:
+    run_id = "it__repair_rest"
+    week = start_broken_week(stack, run_id)
+    check_failed_week(stack, run_id, week)
+    before = child_tries(stack, run_id)
+
+    week["marker"].write_text("the node pool is fixed")
+    cleared = api(
+        stack,
+        "POST",
+        "/api/v2/dags/avsim_weekly/clearTaskInstances",
+        {"dag_run_id": run_id, "only_failed": True, "include_downstream": True, "dry_run": False},
+    )
+    assert {(t["task_id"], t["map_index"]) for t in cleared["task_instances"]} == {
+        ("shards", 0),
+        ("shards", 1),
+        ("report", -1),
+    }
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=600) == "success"
+    check_repaired_week(stack, run_id, week, before)
+
+
+def test_clear_only_failed_in_the_airflow_ui_repairs_the_week(stack: LocalStack, tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(exist_ok=True)
+    run_id = "it__repair_ui"
+    week = start_broken_week(stack, run_id)
+    check_failed_week(stack, run_id, week)
+    before = child_tries(stack, run_id)
+    week["marker"].write_text("the node pool is fixed")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            context.add_cookies([{"name": "_token", "value": token(stack), "url": stack.api_url}])
+            page = context.new_page()
+            page.goto(f"{stack.api_url}/dags/avsim_weekly/runs/{run_id}")
+            # The run page's clear button (an icon labelled "Clear Dag Run", or its shortcut's tooltip
+            # "Press shift+c to clear"), then "Clear only failed tasks" in its dialog, then "Confirm"
+            # (the labels of Airflow 3.3's English UI).
+            try:
+                clear = page.get_by_role("button", name=re.compile(r"Clear Dag Run|shift\+c to clear"))
+                clear.first.click(timeout=60_000)
+                page.get_by_text("Clear only failed tasks").first.click(timeout=30_000)
+                page.screenshot(path=str(SHOTS / "clear-dialog.png"))
+                page.get_by_role("button", name="Confirm").first.click(timeout=30_000)
+            except Exception:
+                page.screenshot(path=str(SHOTS / "clear-failed.png"), full_page=True)
+                raise
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                [(state,)] = query(
+                    stack, "SELECT state FROM dag_run WHERE dag_id = 'avsim_weekly' AND run_id = :r", r=run_id
+                )
+                if state != "failed":
+                    break
+                time.sleep(0.5)
+            assert state != "failed", "the UI's clear did not restart the run"
+        finally:
+            browser.close()
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=600) == "success"
+    check_repaired_week(stack, run_id, week, before)
