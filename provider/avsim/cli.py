@@ -257,16 +257,29 @@ def plan(
         help="Shard runs carry increasing logical dates, as avsim triggers them (Airflow orders equal weights by them).",
     ),
     max_active_tasks_per_shard: int = typer.Option(None, min=1, help="The shard DAG's max_active_tasks."),
+    parallelism: int = typer.Option(None, min=1, help="[core] parallelism: most phases running at once."),
+    phase_overhead_seconds: float = typer.Option(
+        None,
+        "--phase-overhead-seconds",
+        min=0,
+        help="Orchestrator seconds per phase attempt besides its work (default: [avsim] "
+        "planner_phase_overhead_seconds, 0).",
+    ),
+    time_scale: float = typer.Option(
+        1.0, "--time-scale", min=1e-9, help="Phases work their estimate x this (a demo's fake phases)."
+    ),
     seed: int = typer.Option(0, help="Seed of preemptions, failures and durations."),
     search: bool = typer.Option(True, help="Search the smallest GPU count that meets the deadline."),
     plot: Path = typer.Option(None, help="Write a PNG of progress over time per strategy here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
 ) -> None:
     """Simulate the week on given capacity: makespan, lower bound, GPU-hours, GPUs for the deadline."""
-    from avsim.planner.command import run_plan
+    from avsim.planner.command import configured_phase_overhead, run_plan
     from avsim.planner.options import Capacity, SimOptions
 
     try:
+        if phase_overhead_seconds is None:
+            phase_overhead_seconds = configured_phase_overhead()
         if shard_size is None or max_active_shards is None:
             from avsim.settings import load_settings
 
@@ -285,6 +298,8 @@ def plan(
                 duration_spread=duration_spread,
                 shard_logical_dates=shard_logical_dates,
                 max_active_tasks_per_shard=max_active_tasks_per_shard,
+                parallelism=parallelism,
+                phase_overhead_seconds=phase_overhead_seconds,
                 seed=seed,
             ),
             deadline=deadline,
@@ -293,6 +308,7 @@ def plan(
             search=search,
             plot=plot,
             as_json=as_json,
+            time_scale=time_scale,
         )
     except AvsimError as exc:
         _fail(exc)

@@ -118,6 +118,14 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "run's failed task instances: the repair in place (docs/operations.md, runbook 2).",
     ),
     "max_manifest_bytes": ("67108864", "integer", "Largest manifest accepted, in bytes."),
+    # capacity planner: the orchestrator's cost per phase (issue 14, item 5)
+    "planner_phase_overhead_seconds": (
+        "0",
+        "float",
+        "Seconds 'avsim plan' adds to every phase attempt besides its work: from the upstream phase's end "
+        "to the phase's process starting, plus the fixed cost around its work (bench/planner_forecast.py "
+        "measures it; docs/performance.md). 0 keeps production forecasts of long phases as they were.",
+    ),
     # manifest safety (issue 16)
     "max_manifest_cases": (
         "100000",

@@ -75,11 +75,12 @@ def lower_bound(workload: Workload, capacity: Capacity, options: SimOptions | No
     """The bound for ``workload`` on ``capacity``, with the durations the simulation would use
     (numbered as it numbers tasks: cases in order, their phases in order, then run-level phases)."""
     options = options or SimOptions()
+    extra = options.phase_overhead_seconds  # every attempt holds its slots for it too
     t = 0
     longest = gpu = cpu = 0.0
     cache: dict[int, float] = {}
     for case in workload.cases:
-        seconds = [phase_duration(p.seconds, t + i, options) for i, p in enumerate(case.phases)]
+        seconds = [phase_duration(p.seconds, t + i, options) + extra for i, p in enumerate(case.phases)]
         t += len(case.phases)
         if options.duration_spread:
             path = _path(case.phases, seconds)
@@ -93,7 +94,9 @@ def lower_bound(workload: Workload, capacity: Capacity, options: SimOptions | No
                 gpu += s * p.gpus
             else:
                 cpu += s
-    run_seconds = [phase_duration(p.seconds, t + i, options) for i, p in enumerate(workload.run_phases)]
+    run_seconds = [
+        phase_duration(p.seconds, t + i, options) + extra for i, p in enumerate(workload.run_phases)
+    ]
     return LowerBound(
         critical_path_seconds=longest,
         gpu_seconds=gpu,

@@ -76,11 +76,17 @@ def run_plan(
     search: bool = True,
     plot: str | Path | None = None,
     as_json: bool = False,
+    time_scale: float = 1.0,
 ) -> PlanOutput:
-    """Load and validate the manifest, simulate every strategy, and render the result."""
+    """Load and validate the manifest, simulate every strategy, and render the result.
+
+    ``time_scale``: phases work their estimate times it (the fake phases of a demo or bench week);
+    the deadline is not scaled."""
     from avsim.manifest.loader import load_manifest
 
     workload = workload_from_manifest(load_manifest(source).manifest)
+    if time_scale != 1.0:
+        workload = workload.scaled(time_scale)
     seconds = deadline_seconds(workload, deadline=deadline, deadline_hours=deadline_hours, start=start)
     plan = plan_capacity(workload, capacity, options, deadline_seconds=seconds, search=search)
     written = None
@@ -93,3 +99,20 @@ def run_plan(
     else:
         text = format_table(plan) + (f"\nplot: {written}" if written else "")
     return PlanOutput(plan, text, written)
+
+
+def configured_phase_overhead() -> float:
+    """``[avsim] planner_phase_overhead_seconds`` (environment overrides as for any Airflow option)."""
+    from airflow.configuration import conf
+
+    from avsim.settings import OPTIONS
+
+    key = "planner_phase_overhead_seconds"
+    value = str(conf.get("avsim", key, fallback=OPTIONS[key][0]))
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise PlannerError(f"[avsim] {key} = {value!r}; use a number of seconds") from None
+    if not 0 <= seconds <= 86_400:
+        raise PlannerError(f"[avsim] {key} = {value}; use seconds in [0, 86400]")
+    return seconds

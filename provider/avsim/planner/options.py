@@ -67,6 +67,14 @@ class SimOptions:
     shard_logical_dates: bool = True
     #: The shard DAG's ``max_active_tasks`` (per DAG run); ``None``: no limit.
     max_active_tasks_per_shard: int | None = None
+    #: ``[core] parallelism``: most phases running at once across every pool; ``None``: no limit.
+    parallelism: int | None = None
+    #: What the orchestrator adds to every attempt of a phase, in wall seconds, on top of its work:
+    #: from the upstream phase's end to this phase's process starting (scheduler loop, queueing, the
+    #: task process, parsing) plus the fixed cost around its own work (ledger, commit). The attempt
+    #: holds its slots for it. Measured by ``bench/planner_forecast.py``; 0 (the default) leaves
+    #: forecasts as they were, and 30-minute phases barely notice a few seconds.
+    phase_overhead_seconds: float = 0.0
     #: Seed of every random draw (preemptions, failures, durations): same seed, same run.
     seed: int = 0
 
@@ -92,6 +100,12 @@ class SimOptions:
             problems.append(f"shard_start_seconds = {self.shard_start_seconds}: use 0 or more")
         if self.max_active_tasks_per_shard is not None and self.max_active_tasks_per_shard < 1:
             problems.append(f"max_active_tasks_per_shard = {self.max_active_tasks_per_shard}: use 1 or more")
+        if self.parallelism is not None and self.parallelism < 1:
+            problems.append(f"parallelism = {self.parallelism}: use 1 or more")
+        if not 0 <= self.phase_overhead_seconds <= 86_400:
+            problems.append(
+                f"phase_overhead_seconds = {self.phase_overhead_seconds}: use seconds in [0, 86400]"
+            )
         if problems:
             raise PlannerError("planner options rejected: " + "; ".join(problems))
 

@@ -9,7 +9,11 @@ What it models, as the scheduler and the DAGs do:
 - **Airflow's order**: ready work is taken by ``-priority_weight``, then logical date (only when
   shard runs have logical dates), then ``map_index`` (a case's position in its family group);
   a task whose slots do not fit its pool's open slots waits and smaller ones behind it may pass;
-  with ``max_active_tasks_per_shard`` a shard run's tasks beyond the limit wait too;
+  with ``max_active_tasks_per_shard`` a shard run's tasks beyond the limit wait too, and with
+  ``parallelism`` every task beyond the executor's limit;
+- **the orchestrator's cost**: every attempt holds its slots for ``phase_overhead_seconds`` before
+  its work (the latency from its upstream's end and the fixed cost around the work), so a chain of
+  N phases takes N x the overhead longer; preemptions and failures strike during the work;
 - **failures**: spot preemptions (Poisson per GPU-hour), lost work back to the last checkpoint,
   retry after the phase's preemption delay, on-demand after ``on_demand_after_preemptions``;
   infrastructure failures retried with the phase's backoff; a phase out of budget fails and its
@@ -311,9 +315,10 @@ class _Simulation:
     def _dispatch(self, now: float) -> None:
         free, running, slots = self.free, self.running, self.slots
         cap = self.options.max_active_tasks_per_shard
+        limit = self.options.parallelism
         heads = [(s, p, h) for s, hs in self.queues.items() for p, h in enumerate(hs)]
         aside: list[tuple[list[Any], Any]] = []
-        while True:
+        while limit is None or sum(running) < limit:
             best = None
             best_key = None
             for s, p, h in heads:
@@ -346,14 +351,15 @@ class _Simulation:
         if pool == ON_DEMAND:
             self.stats["odatt"] += 1
         work = self.duration[t] - self.progress[t]
-        end, kind = now + work, _END
+        begin = now + o.phase_overhead_seconds  # the work starts after the orchestrator's part
+        end, kind = begin + work, _END
         if pool == SPOT and o.preemption_rate > 0:
             u = unit(o.seed, t, attempt, SALT_PREEMPT)
             after = -math.log1p(-u) * 3600.0 / (o.preemption_rate * self.gpus[t])
             if after < work:
-                end, kind = now + after, _PREEMPT
+                end, kind = begin + after, _PREEMPT
         if o.failure_rate > 0 and unit(o.seed, t, attempt, SALT_FAIL) < o.failure_rate:
-            at = now + work * unit(o.seed, t, attempt, SALT_FAIL_AT)
+            at = begin + work * unit(o.seed, t, attempt, SALT_FAIL_AT)
             if at < end:
                 end, kind = at, _FAIL
         self._push(end, kind, t)
@@ -374,7 +380,7 @@ class _Simulation:
             self._finish(t, True, now)
             return
         # Preempted or crashed: keep what the last checkpoint saved, lose the rest.
-        done = self.progress[t] + elapsed
+        done = self.progress[t] + max(0.0, elapsed - self.options.phase_overhead_seconds)
         saved = 0.0
         if self.checkpoint[t]:
             step = self.options.checkpoint_seconds

@@ -72,6 +72,26 @@ class Workload:
             p.seconds for p in self.run_phases if not p.is_gpu
         )
 
+    def scaled(self, factor: float) -> Workload:
+        """The same run with every phase's duration times ``factor`` (the fake phases' time scale:
+        a demo or bench week works ``estimate x factor`` seconds). Priorities are unchanged: they
+        come from the graphs' estimates, as the deployed weights do."""
+        if factor <= 0:
+            raise ValueError(f"time scale {factor}: use a positive factor")
+        memo: dict[int, tuple[PhaseWork, ...]] = {}
+
+        def scale(phases: tuple[PhaseWork, ...]) -> tuple[PhaseWork, ...]:
+            found = memo.get(id(phases))
+            if found is None:  # one scaled tuple per shared graph, as the simulation templates them
+                found = memo[id(phases)] = tuple(replace(p, seconds=p.seconds * factor) for p in phases)
+            return found
+
+        return replace(
+            self,
+            cases=tuple(replace(c, phases=scale(c.phases)) for c in self.cases),
+            run_phases=scale(self.run_phases),
+        )
+
     def remaining(self, finished: Iterable[tuple[str, str]], shard_size: int) -> Workload:
         """The work left once the ``(case id, phase)`` pairs in ``finished`` are done.
 
