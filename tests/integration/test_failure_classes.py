@@ -9,6 +9,7 @@ Nothing is mocked: the phases are real processes; the checks read the ledger and
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from tests.support.airflow_run import query, trigger, wait_for_run
 from tests.support.stacks import read_json, weekly_stack
+from tests.support.verdicts import check_states_match_the_ledger
 
 from avsim.artifacts import RunLayout, breaker_uri
 from avsim.dagbuild.tasks import run_key_for
@@ -71,7 +73,9 @@ def test_each_failure_class_is_handled_by_its_own_rules(stack: LocalStack) -> No
     for i, (phase, forced, _) in FAULTS.items():
         cases[i]["parameters"]["fakesim"] = {phase: forced}
     run_id, layout = _week(stack, "failures", doc)
-    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=900) == "success"
+    # Cases that exhausted a budget or hit bad input need attention: the week ends failed.
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=900) == "failed"
+    assert check_states_match_the_ledger(stack, run_id, layout)["state"] == "needs_attention"
     ledger = Ledger(layout)
 
     def attempts(case: dict[str, Any], phase: str) -> list[tuple[str, str, str]]:
@@ -196,7 +200,19 @@ def test_a_build_that_crashes_is_stopped_by_the_canary(stack: LocalStack) -> Non
             r=run_id,
         )
     )
-    assert states["canary_gate"] == "failed" and states["report"] == "success"
+    # The weekly run tells the truth: failed, naming the build; the summary ran over a stopped week.
+    assert states["canary_gate"] == "failed" and states["report"] == "failed"
+    assert states["run_phases.weekly_summary"] == "success" and states["close_week"] == "success"
+    report_log = next(
+        (stack.home / "logs").glob(f"dag_id=avsim_weekly/run_id={run_id}/task_id=report/**/attempt=1.log")
+    ).read_text()
+    assert (
+        f"(build {doc['run']['build']['build_id']}): the week was stopped: 27 cases never started"
+        in report_log
+    )
+    report = read_json(f"{layout.report_dir}/report.json")
+    assert report["verdict"]["state"] == "stopped" and report["totals"]["not_started"] == 27
+    assert "canary gate" in report["verdict"]["stopped_because"]
     # The rest of the week never started: only the canary's shard run exists.
     runs = query(
         stack,
@@ -216,7 +232,17 @@ def test_a_build_that_crashes_is_stopped_by_the_canary(stack: LocalStack) -> Non
     assert not any(a.gpus for c in doc["cases"] for a in ledger.attempts(c["id"], "simulate"))
     # The build's breaker saw the crashes too.
     breaker = read_json(breaker_uri(layout.root, doc["run"]["build"]["image"].rsplit("@", 1)[-1]))
-    assert breaker["failures"] >= 4
+    assert breaker["failures"] >= 4 and breaker["state"] == "open"
+    # After the gate decided, no attempt of the build launched: the gate opened the breaker, so the
+    # canary's retries failed fast as bad_build/breaker_open.
+    decided = dt.datetime.fromisoformat(gate["updated_at"])
+    late = [
+        (c["id"], a.attempt, a.detail)
+        for c in doc["cases"]
+        for a in ledger.attempts(c["id"], "prepare")
+        if dt.datetime.fromisoformat(a.started_at) > decided and a.detail != "breaker_open"
+    ]
+    assert late == []
 
 
 def test_rerun_failed_recomputes_only_what_failed(stack: LocalStack) -> None:
@@ -229,7 +255,7 @@ def test_rerun_failed_recomputes_only_what_failed(stack: LocalStack) -> None:
     # evaluate crashes on every attempt until the node pool is fixed (the marker exists)
     broken["parameters"]["fakesim"] = {"evaluate": f"crash_until:file://{marker}"}
     run_id, layout = _week(stack, "rerunsrc", doc)
-    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=600) == "success"
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=600) == "failed"
     ledger = Ledger(layout)
     assert ledger.outcome(broken["id"], "evaluate").outcome is Outcome.INFRA_FAILED  # type: ignore[union-attr]
 

@@ -15,6 +15,7 @@ import pytest
 from tests.support.airflow_run import trigger, wait_for_run
 from tests.support.kube_api import FakeKubeAPI
 from tests.support.stacks import kubernetes_stack, read_json
+from tests.support.verdicts import check_states_match_the_ledger
 
 from avsim.artifacts import RunLayout
 from avsim.dagbuild.tasks import run_key_for
@@ -70,9 +71,11 @@ def test_a_week_on_kubernetes_ends_every_case_in_its_class(cluster: tuple[FakeKu
     run_id = "it__k8s"
     kube.reset_calls()
     trigger(stack, "avsim_weekly", run_id, {"manifest": str(path)})
-    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=1200) == "success"
+    # The image that does not pull is a bad build: that case needs attention, so the week ends failed.
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=1200) == "failed"
 
     layout = RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for("avsim_weekly", run_id))
+    assert check_states_match_the_ledger(stack, run_id, layout)["shards"] != {}
     ledger = Ledger(layout)
     summaries = ledger.shard_summaries()
     by_case = {c["case_id"]: c for s in summaries for c in s["cases"]}

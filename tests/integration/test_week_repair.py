@@ -255,6 +255,8 @@ def test_clear_only_failed_in_the_airflow_ui_repairs_the_week(stack: LocalStack,
                 clear = page.get_by_role("button", name=re.compile(r"Clear Dag Run|shift\+c to clear"))
                 clear.first.click(timeout=60_000)
                 page.get_by_text("Clear only failed tasks").first.click(timeout=30_000)
+                # The dialog's dry run: the two failed shards map indexes and the report.
+                page.get_by_text("Affected Tasks: 3").first.wait_for(timeout=60_000)
                 page.screenshot(path=str(SHOTS / "clear-dialog.png"))
                 page.get_by_role("button", name="Confirm").first.click(timeout=30_000)
             except Exception:

@@ -172,7 +172,14 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                 trigger_rule="all_done_min_one_success",
                 **retry_kwargs(rp.retries, rp.retry_delay_seconds, 2.0, 3600),
             )
-        @task(task_id="close_week", trigger_rule="all_done", retries=2, priority_weight=plan.base_priority)
+        # After every shard whatever their outcome, as long as the week was prepared (a rejected
+        # manifest leaves nothing to close: then it ends upstream_failed, like the report).
+        @task(
+            task_id="close_week",
+            trigger_rule="all_done_min_one_success",
+            retries=2,
+            priority_weight=plan.base_priority,
+        )
         def close_week(run: dict[str, Any]) -> dict[str, Any]:
             """Accounts for every shard: one that never started gets a summary saying so, and why."""
             return tasks.close_week(run)
