@@ -628,6 +628,30 @@ def test_node_loss_marks_then_removes_the_pod(kube: FakeKubeAPI, v1: client.Core
     assert pid is not None and not alive(pid)
 
 
+def test_node_lost_stuck_leaves_the_pod_terminating_until_it_is_force_deleted(
+    kube: FakeKubeAPI, v1: client.CoreV1Api
+) -> None:
+    kube.add_fault("node_lost_stuck", match={"name": "stuck"}, after_seconds=0.2, grace_seconds=1)
+    v1.create_namespaced_pod("default", pod_body("stuck", SLEEP))
+    kube.wait_for_pod("stuck", phase="Running")
+    pid = kube.process_of("stuck")
+    marked = kube.wait_for_pod("stuck", predicate=lambda p: bool(p["metadata"].get("deletionTimestamp")))
+    assert marked is not None and condition(marked, "DisruptionTarget")["reason"] == "DeletionByTaintManager"
+    assert condition(marked, "Ready")["status"] == "False"
+    assert pid is not None and not alive(pid)
+    # Nobody reports on it: its container still reads as running, the pod as Running, well past
+    # its deletion time, and a graceful delete changes nothing.
+    time.sleep(2.0)
+    v1.delete_namespaced_pod("stuck", "default", grace_period_seconds=1)
+    time.sleep(1.5)
+    pod = v1.read_namespaced_pod("stuck", "default")
+    assert pod.status.phase == "Running" and pod.status.container_statuses[0].state.running is not None
+    assert pod.metadata.deletion_timestamp is not None
+    # A force delete (grace 0) removes it, as the API server does without the kubelet.
+    v1.delete_namespaced_pod("stuck", "default", grace_period_seconds=0)
+    kube.wait_for_pod("stuck", gone=True, timeout=5)
+
+
 def test_vanish_deletes_at_once_and_kills_the_process(kube: FakeKubeAPI, v1: client.CoreV1Api) -> None:
     kube.add_fault("vanish", match={"name": "ghost"}, after_seconds=0.2)
     rv = v1.list_namespaced_pod("default").metadata.resource_version

@@ -153,6 +153,45 @@ def test_preemption_eviction_vanishing_and_bad_images(kube: tuple[FakeKubeAPI, A
     assert got[ondemand] == ("infra_failed", "vanished")
 
 
+def test_a_pod_stuck_terminating_on_a_lost_node_ends_without_a_lease(
+    kube: tuple[FakeKubeAPI, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hang of issue 13: the kubelet is gone, the pod stays Terminating for ever, no lease.
+    The trigger ends it at deletionTimestamp + the bound, classed by the node class."""
+    import time
+
+    from avsim.kube import pods
+
+    api, core = kube
+    monkeypatch.setattr(pods, "TERMINATING_BOUND_SECONDS", 2.0)
+    api.add_fault(
+        "node_lost_stuck", match={"name": "avsim-stk*"}, after_seconds=0.3, times=2, grace_seconds=1
+    )
+    long = "import time; time.sleep(60)"
+    spot = make_pod(core, "stks", long)
+    cpu = make_pod(core, "stkc", long, node_class="cpu")
+    began = time.monotonic()
+    events = run_all(trigger_for(spot), trigger_for(cpu, node_class="cpu"), timeout=30)
+    took = time.monotonic() - began
+    got = {e["pod"]: (e["outcome"], e["detail"]) for e in events}
+    assert got == {spot: ("preempted", "node_lost"), cpu: ("infra_failed", "node_lost")}
+    assert all("Terminating" in e["reason"] for e in events)
+    # start + fault (0.3 s) + grace (1 s) + bound (2 s), checked every 0.2 s: a few seconds.
+    assert took < 15, took
+    assert {p["metadata"]["name"] for p in api.pods(NS)} >= {spot, cpu}, "still stuck in the API"
+
+
+def test_a_wait_nothing_reports_on_ends_at_the_deadline(kube: tuple[FakeKubeAPI, Any]) -> None:
+    """Every wait is bounded: a pod whose node went silent and was never deleted (no lease, no
+    taint manager) ends as an infrastructure failure at the trigger's deadline."""
+    api, core = kube
+    api.add_fault("hang", match={"name": "avsim-silent-*"}, after_seconds=0.2)
+    name = make_pod(core, "silent", "import time; time.sleep(60)", node_class="cpu")
+    (event,) = run_all(trigger_for(name, node_class="cpu", deadline_seconds=2.0), timeout=30)
+    assert (event["outcome"], event["detail"]) == ("infra_failed", "timeout")
+    assert "did not end within 2s" in event["reason"]
+
+
 def test_a_phase_that_stops_renewing_its_lease_expires(kube: tuple[FakeKubeAPI, Any]) -> None:
     _, core = kube
     from kubernetes import client

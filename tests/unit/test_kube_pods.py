@@ -119,3 +119,58 @@ def test_reasons_name_what_happened() -> None:
         pod("Pending", waiting={"reason": "ErrImagePull", "message": "not found"}), node_class="cpu"
     )
     assert r is not None and "ErrImagePull" in r.reason and "sha256:" in r.reason
+
+
+def _at(seconds: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def stuck(deleted_at: float, **kw: Any) -> dict[str, Any]:
+    """A pod its kubelet will never update again: Running, container running, Terminating."""
+    taint = [
+        {"type": "Ready", "status": "False", "lastTransitionTime": _at(deleted_at)},
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"},
+    ]
+    p = pod("Running", conditions=taint, running={"startedAt": _at(deleted_at - 100)}, **kw)
+    p["metadata"]["deletionTimestamp"] = _at(deleted_at)
+    p["metadata"]["deletionGracePeriodSeconds"] = 30
+    return p
+
+
+def test_a_pod_stuck_terminating_on_a_lost_node_ends_as_the_node_class_says() -> None:
+    from avsim.kube.pods import TERMINATING_BOUND_SECONDS
+
+    t0 = 1_800_000_000.0
+    bound = TERMINATING_BOUND_SECONDS
+    # Within the bound it may still be a live kubelet finishing the delete: wait.
+    assert classify(stuck(t0), now=t0 + bound - 1) is None
+    # Without a clock nothing time-based is decided (the function stays pure on the status alone).
+    assert classify(stuck(t0)) is None
+    # Past it: a lost node, classified like a vanished pod (design.md's table).
+    assert classify(stuck(t0), now=t0 + bound + 1) == ("preempted", "node_lost")
+    assert classify(stuck(t0), node_class="gpu-on-demand", now=t0 + bound + 1) == (
+        "infra_failed",
+        "node_lost",
+    )
+    assert classify(stuck(t0), node_class="cpu", now=t0 + bound + 1) == ("infra_failed", "node_lost")
+    r = classify_pod(stuck(t0), node_class="cpu", now=t0 + bound + 1)
+    assert r is not None and "Terminating" in r.reason and r.exit_code is None and r.runner
+    # A pod that ended before its node went is classified by how it ended.
+    ended = stuck(t0)
+    ended["status"] = pod("Failed", **terminated(3))["status"]
+    assert classify(ended, now=t0 + 10 * bound) == ("scenario_failed", "")
+
+
+def test_a_running_pod_not_ready_too_long_is_on_an_unreachable_node() -> None:
+    from avsim.kube.pods import NOT_READY_BOUND_SECONDS
+
+    t0 = 1_800_000_000.0
+    p = stuck(t0)
+    del p["metadata"]["deletionTimestamp"]  # marked NotReady, not yet deleted by the taint manager
+    assert classify(p, now=t0 + NOT_READY_BOUND_SECONDS - 1) is None
+    assert classify(p, now=t0 + NOT_READY_BOUND_SECONDS + 1) == ("preempted", "node_lost")
+    # Ready and running: nothing to say, however long it runs.
+    p["status"]["conditions"][0]["status"] = "True"
+    assert classify(p, now=t0 + 10 * NOT_READY_BOUND_SECONDS) is None

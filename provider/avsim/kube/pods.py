@@ -13,6 +13,10 @@ pod status                                                      outcome         
 gone from the API (404, DELETED event) before it ended          preempted (spot) /  vanished
                                                                 infra_failed
 no heartbeat for longer than the lease                          infra_failed        lease_expired
+not ended, and stuck Terminating (``deletionTimestamp`` more    preempted (spot) /  node_lost
+than ``TERMINATING_BOUND_SECONDS`` ago) or not Ready with its   infra_failed
+container running for more than ``NOT_READY_BOUND_SECONDS``
+(its node's kubelet is gone: nothing will ever update it)
 a container waiting with ErrImagePull, ImagePullBackOff,         bad_build           image_pull
 InvalidImageName
 ``DisruptionTarget`` condition, or status reason Evicted,       preempted           evicted /
@@ -26,6 +30,7 @@ container terminated with an exit code                          by the phase con
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import re
 from collections.abc import Mapping
@@ -48,6 +53,15 @@ DISRUPTION_REASONS = frozenset(
     {"Evicted", "Preempting", "Shutdown", "Terminated", "NodeShutdown", "NodeLost"}
 )
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
+#: A pod still there this long after its ``deletionTimestamp`` (which already includes the grace
+#: period) is on a node whose kubelet is gone: a live kubelet kills the container at the end of the
+#: grace period and the pod leaves the API within seconds.
+TERMINATING_BOUND_SECONDS = 60.0
+#: A running avsim pod (no readiness probe) whose Ready condition has been False this long was marked
+#: not ready by the node controller: its node stopped reporting. The taint manager deletes such pods
+#: only after 300 s (the default ``node.kubernetes.io/unreachable`` toleration), which then hang in
+#: ``Terminating``.
+NOT_READY_BOUND_SECONDS = 180.0
 
 
 def label_value(value: str) -> str:
@@ -116,6 +130,72 @@ def running_since(pod: Mapping[str, Any], container: str = CONTAINER) -> str | N
     return _get(status, "state", "running", "startedAt")
 
 
+def parse_time(value: Any) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time from the API (None when absent or unreadable)."""
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def is_terminating(pod: Mapping[str, Any]) -> bool:
+    """The pod was asked to go (``deletionTimestamp`` set): its heartbeat no longer matters."""
+    return bool(_get(pod, "metadata", "deletionTimestamp"))
+
+
+def lost_node_class(node_class: str) -> Outcome:
+    """What a lost node means for a phase (design.md): spot capacity was reclaimed, anything else failed."""
+    return Outcome.PREEMPTED if node_class == NODE_SPOT else Outcome.INFRA_FAILED
+
+
+def node_lost_reason(
+    pod: Mapping[str, Any],
+    now: float,
+    *,
+    terminating_bound: float | None = None,
+    not_ready_bound: float | None = None,
+) -> str:
+    """Why this not-yet-ended pod's node is lost ("" when nothing says so), judged at ``now``.
+
+    The pod's own status is all the evidence: reading Nodes would need cluster-wide permissions.
+    The bounds default to the module's constants, read at each call.
+    """
+    if terminating_bound is None:
+        terminating_bound = TERMINATING_BOUND_SECONDS
+    if not_ready_bound is None:
+        not_ready_bound = NOT_READY_BOUND_SECONDS
+    deleting = parse_time(_get(pod, "metadata", "deletionTimestamp"))
+    if deleting is not None and now - deleting > terminating_bound:
+        return (
+            f"the pod has been Terminating for {now - deleting:.0f}s past its deletion time "
+            f"(bound {terminating_bound:g}s): its node's kubelet is gone, the pod will never be removed"
+        )
+    ready = next(
+        (
+            c
+            for c in _get(pod, "status", "conditions") or []
+            if isinstance(c, Mapping) and c.get("type") == "Ready"
+        ),
+        None,
+    )
+    since = parse_time((ready or {}).get("lastTransitionTime"))
+    if (
+        is_running(pod)
+        and running_since(pod)
+        and ready is not None
+        and str(ready.get("status")) == "False"
+        and since is not None
+        and now - since > not_ready_bound
+    ):
+        return (
+            f"the pod has been not Ready for {now - since:.0f}s while its container runs "
+            f"(bound {not_ready_bound:g}s): its node stopped reporting"
+        )
+    return ""
+
+
 def classify_pod(
     pod: Mapping[str, Any] | None,
     *,
@@ -123,15 +203,17 @@ def classify_pod(
     container: str = CONTAINER,
     lease_expired: bool = False,
     lease_seconds: float = 0,
+    now: float | None = None,
 ) -> AttemptResult | None:
     """How a phase pod's attempt ended, or None while it is still pending or running.
 
     ``pod`` is None when the pod is gone from the API (deleted by a node controller, a lost node).
+    ``now`` (seconds since the epoch) enables the time-based rule for a lost node; without it a pod
+    is judged on its status alone.
     """
     if pod is None:
-        outcome = Outcome.PREEMPTED if node_class == NODE_SPOT else Outcome.INFRA_FAILED
         return AttemptResult(
-            outcome,
+            lost_node_class(node_class),
             None,
             "the pod disappeared from the API before it ended (its node was lost or reclaimed)",
             "vanished",
@@ -171,6 +253,10 @@ def classify_pod(
     )
     terminated = _get(status, "state", "terminated") or {}
     ended = phase in ("Succeeded", "Failed") or bool(terminated)
+    if not ended and now is not None:
+        lost = node_lost_reason(pod, now)
+        if lost:
+            return AttemptResult(lost_node_class(node_class), None, lost, "node_lost", name)
     if disruption is not None or pod_reason in DISRUPTION_REASONS:
         if not ended and disruption is not None:
             return None  # being drained: wait for it to stop, then it is a preemption

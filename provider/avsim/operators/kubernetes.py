@@ -47,6 +47,11 @@ from avsim.ui.links import PHASE_LINKS
 
 #: Log lines of a failed pod kept in the attempt's reason.
 LOG_TAIL_LINES = 20
+#: Airflow's timeout on a deferral exceeds the trigger's own deadline by this much: the trigger ends
+#: the attempt with its pod's details; Airflow's timeout is the backstop for a triggerer that cannot.
+DEFERRAL_MARGIN_SECONDS = 300.0
+#: Attempts whose pod is force-deleted (grace 0): a hung phase, or a pod on a node that is gone.
+FORCE_DELETE_DETAILS = frozenset({"lease_expired", "node_lost", "timeout"})
 SCRATCH_MOUNT = "/tmp"
 
 
@@ -112,6 +117,8 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         self._run_id = ""
         self._sync_result: dict[str, Any] | None = None
         self._lease_expired = threading.Event()
+        #: Sync mode: how the watchdog ended the pod (lease expired, node lost), read by cleanup().
+        self._watchdog_result: AttemptResult | None = None
 
     # -- execute: the lifecycle around the stock operator ---------------------------------------
     def execute(self, context: Any) -> Any:
@@ -130,7 +137,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
             self.name,
             self.node_class,
         )
-        watchdog = None if self.deferrable else self._start_lease_watchdog()
+        watchdog = None if self.deferrable else self._start_watchdog()
         try:
             super().execute(context)  # deferrable: defers; sync: ends in cleanup(), which records the attempt
         finally:
@@ -301,9 +308,65 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                 in_cluster=self.in_cluster,
                 check_interval=self.lease_check_interval,
                 started_at=self._started.isoformat(),
+                deadline_seconds=self.attempt_deadline_seconds(self._attempt),
             ),
             method_name="phase_complete",
+            timeout=dt.timedelta(seconds=self.deferral_timeout_seconds(self._attempt)),
         )
+
+    def attempt_deadline_seconds(self, a: PhaseAttempt) -> float:
+        """The longest an attempt's pod may take, from the attempt's start to its end: pending up to
+        the startup timeout, running up to the phase's timeout (its ``activeDeadlineSeconds``), the
+        grace period to stop, and the bound after which a Terminating pod counts as stuck on a lost
+        node. Past it nothing will report on the pod again (its node is gone): the trigger ends the
+        attempt as ``infra_failed``/``timeout``, whatever the lease setting."""
+        grace = float(self.termination_grace_period or 0)
+        return (
+            float(self.startup_timeout_seconds)
+            + float(a.runtime.timeout_seconds)
+            + grace
+            + pods.TERMINATING_BOUND_SECONDS
+        )
+
+    def deferral_timeout_seconds(self, a: PhaseAttempt) -> float:
+        """Airflow's own timeout on the deferral: the trigger's deadline plus a margin, a backstop for a
+        triggerer that cannot fire (see :meth:`resume_execution`)."""
+        return self.attempt_deadline_seconds(a) + DEFERRAL_MARGIN_SECONDS
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
+        """A deferral that timed out is the attempt's infrastructure failure, recorded like any other."""
+        from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+
+        error = (next_kwargs or {}).get("error")
+        if next_method != TRIGGER_FAIL_REPR or error != TriggerFailureReason.TRIGGER_TIMEOUT:
+            return super().resume_execution(next_method, next_kwargs, context)
+        return self._deferral_timed_out(context)
+
+    def _deferral_timed_out(self, context: Any) -> Any:
+        probe, _ = self.attempt_for(context)
+        number = self.ledger.current_attempt(probe.case_id, self.phase) or 0
+        attempt, _ = self.attempt_for(context, number)
+        records = [r for r in self.ledger.attempts(attempt.case_id, self.phase) if r.attempt == number]
+        started = (
+            dt.datetime.fromisoformat(records[-1].started_at)
+            if records and records[-1].started_at
+            else dt.datetime.now(dt.UTC)
+        )
+        name = pods.pod_name(attempt.layout.run_key, attempt.case_id, attempt.phase, number)
+        namespace = str(self.namespace or self.kube.namespace)
+        limit = self.deferral_timeout_seconds(attempt)
+        self.log.error(
+            "the deferral of %s timed out after %gs: ending pod %s", self._where(number), limit, name
+        )
+        result = AttemptResult(
+            Outcome.INFRA_FAILED,
+            None,
+            f"the wait for pod {name} timed out after {limit:g}s (Airflow's deferral timeout): "
+            "the triggerer never reported its end",
+            "timeout",
+            name,
+        )
+        return self._result(context, self._conclude(context, attempt, result, namespace, name, started))
 
     def phase_complete(self, context: Any, event: dict[str, Any]) -> Any:
         """Where a deferred phase resumes: the attempt ended (or the trigger could not tell)."""
@@ -343,7 +406,9 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                 raise
             return pods.classify_pod(None, node_class=self.node_class)
         return pods.classify_pod(
-            self.client.api_client.sanitize_for_serialization(remote), node_class=self.node_class
+            self.client.api_client.sanitize_for_serialization(remote),
+            node_class=self.node_class,
+            now=time.time(),
         )
 
     def _conclude(
@@ -366,7 +431,8 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                     result.detail,
                     name,
                 )
-        self._delete(namespace, name, grace=0 if result.detail == "lease_expired" else None)
+        # A pod on a lost node is never removed by a graceful delete: its kubelet is gone.
+        self._delete(namespace, name, grace=0 if result.detail in FORCE_DELETE_DETAILS else None)
         return self.end_attempt(
             context,
             attempt,
@@ -391,13 +457,8 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         if self._killed or self._attempt is None or context is None or pod is None:
             return
         namespace, name = pod.metadata.namespace, pod.metadata.name
-        if self._lease_expired.is_set():
-            result: AttemptResult | None = pods.classify_pod(
-                {"metadata": {"name": name}},
-                node_class=self.node_class,
-                lease_expired=True,
-                lease_seconds=self._attempt.runtime.lease_seconds,
-            )
+        if self._lease_expired.is_set() and self._watchdog_result is not None:
+            result: AttemptResult | None = self._watchdog_result
         else:
             result = self._read_result(namespace, name)
         if result is None:  # still running after the stock wait gave up (e.g. startup timeout)
@@ -407,12 +468,19 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         assert self._started is not None
         self._sync_result = self._conclude(context, self._attempt, result, namespace, name, self._started)
 
-    def _start_lease_watchdog(self) -> threading.Event:
-        """Sync mode: a thread that ends the pod when its Lease goes stale (deferrable mode: the trigger)."""
+    def _start_watchdog(self) -> threading.Event:
+        """Sync mode: a thread that ends the pod when its Lease goes stale or its node is lost
+        (deferrable mode: the trigger)."""
         stop = threading.Event()
         attempt = self._attempt
-        if attempt is None or not attempt.runtime.lease_seconds:
+        if attempt is None:
             return stop
+
+        def end(ns: str, name: str, result: AttemptResult | None) -> None:
+            self.log.error("pod %s: %s; ending it", name, result.reason if result else "")
+            self._watchdog_result = result
+            self._lease_expired.set()
+            self._delete(ns, name, grace=0)
 
         def watch() -> None:
             while not stop.wait(self.lease_check_interval):
@@ -423,18 +491,34 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                     remote = self.client.api_client.sanitize_for_serialization(
                         self.client.read_namespaced_pod(name, ns)
                     )
-                    lease = self.coordination.read_namespaced_lease(name, ns)
                 except ApiException:
                     continue
-                if not pods.is_running(remote):
+                lost = pods.classify_pod(remote, node_class=self.node_class, now=time.time())
+                if lost is not None and lost.detail == "node_lost":
+                    end(ns, name, lost)
+                    return
+                if not attempt.runtime.lease_seconds or not pods.is_running(remote):
+                    continue
+                if pods.is_terminating(remote):
+                    continue
+                try:
+                    lease = self.coordination.read_namespaced_lease(name, ns)
+                except ApiException:
                     continue
                 renewed = lease.spec.renew_time.timestamp() if lease.spec and lease.spec.renew_time else None
                 started = pods.running_since(remote)
                 since = max(x for x in (renewed, _ts(started), 0.0) if x is not None)
                 if since and time.time() - since > attempt.runtime.lease_seconds:
-                    self.log.error("pod %s stopped renewing its Lease: ending it", name)
-                    self._lease_expired.set()
-                    self._delete(ns, name, grace=0)
+                    end(
+                        ns,
+                        name,
+                        pods.classify_pod(
+                            remote,
+                            node_class=self.node_class,
+                            lease_expired=True,
+                            lease_seconds=attempt.runtime.lease_seconds,
+                        ),
+                    )
                     return
 
         threading.Thread(target=watch, name="avsim-lease-watchdog", daemon=True).start()

@@ -8,7 +8,10 @@ watch last saw, with the same classifier the operator's synchronous path uses
 ``{"status": "ended", "outcome": ..., "exit_code": ..., "reason": ..., "detail": ..., ...}``
     the attempt ended: succeeded, failed (with the exit code and reason), preempted (evicted, node
     shutdown, vanished), ``lease_expired`` (the phase stopped renewing its heartbeat: the operator
-    deletes the pod and retries it as an infrastructure failure) or a bad build (image pull);
+    deletes the pod and retries it as an infrastructure failure), ``node_lost`` (the pod is stuck
+    Terminating or not Ready on a node whose kubelet is gone), ``timeout`` (the pod did not end
+    within ``deadline_seconds`` of the attempt's start, whatever it reports) or a bad build (image
+    pull);
 ``{"status": "error", "message": ...}``
     the trigger could not tell (the API unreachable for a while): the operator reads the pod itself.
 
@@ -18,7 +21,6 @@ Its arguments are JSON-friendly and its classpath comes from ``__module__``/``__
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import hashlib
 import json
 import time
@@ -27,19 +29,10 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from avsim.kube.pods import classify_pod, is_running, running_since
+from avsim.kube.pods import classify_pod, is_running, is_terminating, parse_time, running_since
 
 #: How long a pod may be missing from a synced watch before it counts as gone (creation races).
 MISSING_GRACE_SECONDS = 30.0
-
-
-def _parse_time(value: Any) -> float | None:
-    if not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 class PhasePodTrigger(BaseTrigger):
@@ -55,6 +48,10 @@ class PhasePodTrigger(BaseTrigger):
         (as ``AsyncKubernetesHook`` takes them).
     :param check_interval: how often to re-check lease ages and timeouts without a watch event.
     :param started_at: ISO time the attempt began (returned in the event).
+    :param deadline_seconds: end the attempt as an infrastructure failure (``timeout``) when its pod
+        has not ended this long after ``started_at`` (0: no deadline): the bound on a wait whose pod
+        nothing will ever update. The operator sets it to the startup timeout, the phase's timeout,
+        the pod's grace period and the stuck-Terminating bound together.
     """
 
     def __init__(
@@ -73,6 +70,7 @@ class PhasePodTrigger(BaseTrigger):
         check_interval: float = 5.0,
         started_at: str = "",
         min_wait_seconds: float = 15.0,
+        deadline_seconds: float = 0.0,
     ) -> None:
         super().__init__()
         self.pod_name = pod_name
@@ -88,6 +86,7 @@ class PhasePodTrigger(BaseTrigger):
         self.check_interval = float(check_interval)
         self.started_at = started_at
         self.min_wait_seconds = float(min_wait_seconds)
+        self.deadline_seconds = float(deadline_seconds)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -106,6 +105,7 @@ class PhasePodTrigger(BaseTrigger):
                 "check_interval": self.check_interval,
                 "started_at": self.started_at,
                 "min_wait_seconds": self.min_wait_seconds,
+                "deadline_seconds": self.deadline_seconds,
             },
         )
 
@@ -156,6 +156,7 @@ class PhasePodTrigger(BaseTrigger):
         seen = False
         missing_since: float | None = None
         pending_since = time.time()
+        start = parse_time(self.started_at) or pending_since
         async with watch.subscribe(self.pod_name, self.pod_name) as sub:
             while True:
                 await sub.wait(self.check_interval)
@@ -165,6 +166,15 @@ class PhasePodTrigger(BaseTrigger):
                             "error", message=f"the watch of {self.namespace} keeps failing: {watch.failing}"
                         )
                     continue
+                if self.deadline_seconds and time.time() - start > self.deadline_seconds:
+                    return self._event(
+                        "ended",
+                        outcome="infra_failed",
+                        detail="timeout",
+                        reason=f"the pod did not end within {self.deadline_seconds:g}s of the attempt's start "
+                        "(startup timeout + phase timeout + grace + the stuck-Terminating bound): "
+                        "nothing reports on it any more",
+                    )
                 if not watch.synced:
                     continue
                 pod = watch.pods.items.get(self.pod_name)
@@ -175,10 +185,12 @@ class PhasePodTrigger(BaseTrigger):
                         return self._ended(classify_pod(None, node_class=self.node_class))
                     continue
                 seen, missing_since = True, None
-                result = classify_pod(pod, node_class=self.node_class)
+                now = time.time()
+                result = classify_pod(pod, node_class=self.node_class, now=now)
                 if result is not None:
                     return self._ended(result)
-                now = time.time()
+                if is_terminating(pod):
+                    continue  # being deleted: it ends, or is found stuck (node_lost) above
                 if is_running(pod):
                     if self.lease_seconds and self._lease_age(watch, pod, now) > self.lease_seconds:
                         return self._ended(
@@ -199,8 +211,8 @@ class PhasePodTrigger(BaseTrigger):
 
     def _lease_age(self, watch: Any, pod: dict[str, Any], now: float) -> float:
         lease = watch.leases.items.get(self.pod_name) or {}
-        renewed = _parse_time((lease.get("spec") or {}).get("renewTime"))
-        started = _parse_time(running_since(pod))
+        renewed = parse_time((lease.get("spec") or {}).get("renewTime"))
+        started = parse_time(running_since(pod))
         last = max(t for t in (renewed, started, 0.0) if t is not None)
         return now - last if last else 0.0
 

@@ -19,6 +19,13 @@ Kinds and the status each leaves (what a real cluster reports, see the kubelet s
 - ``node_loss``: the node vanishes: process killed, pod removed (DELETED, then 404); with
   ``mark_seconds > 0`` it is first marked ``DisruptionTarget`` (``DeletionByTaintManager``)
   and not Ready for that long.
+- ``node_lost_stuck``: the node's kubelet dies for good: the process dies with it, nothing reports
+  on the pod again (its container still reads as running), the node controller marks it not
+  Ready with ``DisruptionTarget`` (``DeletionByTaintManager``) and the taint manager deletes it
+  gracefully (``deletionTimestamp`` = now + ``grace_seconds``, default the pod's grace period)
+  after ``mark_seconds`` (default 0). With no kubelet to confirm, a graceful delete never
+  completes: the pod stays ``Terminating`` until it is force-deleted (grace 0), as on a real
+  cluster.
 - ``vanish``: pod deleted from the API at once while its process is killed.
 - ``oom``: process SIGKILLed, container terminated ``OOMKilled`` exit 137, pod ``Failed``.
 - ``image_pull_error``: never starts: waiting ``ErrImagePull`` then, after
@@ -43,6 +50,7 @@ FAULT_KINDS = (
     "evict",
     "preempt",
     "node_loss",
+    "node_lost_stuck",
     "vanish",
     "oom",
     "image_pull_error",
@@ -56,6 +64,7 @@ _PARAMS: dict[str, frozenset[str]] = {
     "evict": frozenset({"via", "message", "grace_seconds"}),
     "preempt": frozenset({"grace_seconds", "reason", "message"}),
     "node_loss": frozenset({"mark_seconds", "condition_reason"}),
+    "node_lost_stuck": frozenset({"mark_seconds", "grace_seconds", "condition_reason"}),
     "vanish": frozenset(),
     "oom": frozenset(),
     "image_pull_error": frozenset({"image", "message", "backoff_after_seconds"}),

@@ -81,7 +81,7 @@ class PodRuntime:
     started_at: str | None = None
     container_id: str | None = None
     plan: KillPlan | None = None
-    state: str = "pending"  # pending, running, terminated, removed
+    state: str = "pending"  # pending, running, terminated, removed, lost (kubelet gone)
     deleting: bool = False
     frozen: bool = False
     kill_at: float | None = None
@@ -545,7 +545,7 @@ class Kubelet:
         self._remove(rt)
 
     def _graceful_stop(self, rt: PodRuntime, grace: float) -> None:
-        if rt.state == "removed":
+        if rt.state in ("removed", "lost"):  # a lost node's kubelet never confirms a graceful delete
             return
         first = not rt.deleting
         rt.deleting = True
@@ -648,6 +648,8 @@ class Kubelet:
                 self.call_soon(lambda: self._lose(rt), float(mark))
             else:
                 self._lose(rt)
+        elif rule.kind == "node_lost_stuck":
+            self._lose_kubelet(rt, rule)
         elif rule.kind == "vanish":
             self._lose(rt)
         elif rule.kind == "oom":
@@ -668,6 +670,39 @@ class Kubelet:
         """The node is gone: its processes die, then the pod leaves the API with no final status."""
         if rt.state != "removed":
             self._discard(rt)
+
+    def _lose_kubelet(self, rt: PodRuntime, rule: FaultRule) -> None:
+        """The node's kubelet is gone for good: its processes die and nobody writes the pod's status
+        again; the control plane marks the pod, then deletes it gracefully, which never completes."""
+        self._kill_group(rt, signal.SIGKILL)
+        if rt.proc is not None:
+            rt.proc.wait()
+        self._drain_output(rt, budget=0.2)
+        self._close_fds(rt)
+        rt.log.finish()
+        rt.state = "lost"
+        p = rule.params
+        reason = p.get("condition_reason", "DeletionByTaintManager")
+
+        def mark_not_ready(pod: Obj) -> None:
+            set_condition(pod["status"], "Ready", False)
+            set_condition(pod["status"], "DisruptionTarget", True, reason, TAINT_MESSAGE)
+
+        self._update(rt, mark_not_ready)
+        grace = int(p.get("grace_seconds", rt.spec.get("terminationGracePeriodSeconds", 30)) or 1)
+
+        def delete_gracefully() -> None:
+            when = rfc3339(time.time() + grace)
+
+            def terminating(pod: Obj) -> None:
+                meta = pod["metadata"]
+                if meta.get("deletionGracePeriodSeconds") is None or grace < meta["deletionGracePeriodSeconds"]:
+                    meta["deletionTimestamp"] = when
+                    meta["deletionGracePeriodSeconds"] = grace
+
+            self._update(rt, terminating)
+
+        self.call_soon(delete_gracefully, float(p.get("mark_seconds", 0)))
 
     def _delete_via_api(self, rt: PodRuntime, grace: int) -> None:
         """What the API server does for an Eviction or DELETE: mark Terminating, then stop."""
