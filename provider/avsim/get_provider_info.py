@@ -21,10 +21,19 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "avsim",
-                "python-modules": ["avsim.operators.phase", "avsim.operators.shard"],
+                "python-modules": [
+                    "avsim.operators.phase",
+                    "avsim.operators.kubernetes",
+                    "avsim.operators.shard",
+                ],
             }
         ],
-        "sensors": [{"integration-name": "avsim", "python-modules": ["avsim.deadline.sensor"]}],
+        "sensors": [
+            {
+                "integration-name": "avsim",
+                "python-modules": ["avsim.deadline.sensor", "avsim.sensors.canary_gate"],
+            }
+        ],
         "hooks": [{"integration-name": "avsim", "python-modules": ["avsim.hooks.airflow_api"]}],
         "connection-types": [
             {
@@ -32,7 +41,17 @@ def get_provider_info() -> dict[str, Any]:
                 "connection-type": "avsim_airflow_api",
             }
         ],
-        "triggers": [{"integration-name": "avsim", "python-modules": ["avsim.deadline.trigger"]}],
+        "triggers": [
+            {
+                "integration-name": "avsim",
+                "python-modules": [
+                    "avsim.deadline.trigger",
+                    "avsim.triggers.phase_pod",
+                    "avsim.triggers.canary",
+                ],
+            }
+        ],
+        "extra-links": ["avsim.ui.links.AvsimCaseLink", "avsim.ui.links.AvsimArtifactsLink"],
         "integrations": [
             {
                 "integration-name": "avsim",

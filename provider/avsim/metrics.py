@@ -86,12 +86,14 @@ def _stats() -> Any:
         return core_stats
     with _init_lock:
         if not _initialized(sdk_stats):
-            from airflow.sdk.configuration import conf
             from airflow.sdk.observability.metrics import stats_utils
 
+            from avsim.settings import airflow_config
+
+            legacy = airflow_config("metrics", "legacy_names_on", "True").strip().lower()
             sdk_stats.initialize(
                 factory=stats_utils.get_stats_factory(),
-                export_legacy_names=conf.getboolean("metrics", "legacy_names_on", fallback=True),
+                export_legacy_names=legacy in ("t", "true", "1", "yes", "on"),
             )
     return sdk_stats
 

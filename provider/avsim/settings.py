@@ -338,13 +338,22 @@ def _boolean(value: str) -> bool:
     raise ValueError(f"{value!r} is not a boolean (use True or False)")
 
 
+def airflow_config(section: str, key: str, fallback: str) -> str:
+    """The one way avsim reads Airflow's configuration (``airflow.cfg`` and ``AIRFLOW__S__K``).
+
+    The task SDK's parser: it reads the same files and environment as the core one and is there in
+    every Airflow 3 process, task-SDK-only workers included (the core package may be absent).
+    """
+    from airflow.sdk.configuration import conf
+
+    return str(conf.get(section, key, fallback=fallback))
+
+
 def load_settings() -> AvsimSettings:
     """Read ``[avsim]`` from Airflow's configuration (and its environment overrides)."""
-    from airflow.configuration import conf
 
     def get(key: str) -> str:
-        default = OPTIONS[key][0]
-        return str(conf.get("avsim", key, fallback=default))
+        return airflow_config("avsim", key, OPTIONS[key][0])
 
     try:
         return AvsimSettings(

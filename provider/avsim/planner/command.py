@@ -103,12 +103,10 @@ def run_plan(
 
 def configured_phase_overhead() -> float:
     """``[avsim] planner_phase_overhead_seconds`` (environment overrides as for any Airflow option)."""
-    from airflow.configuration import conf
-
-    from avsim.settings import OPTIONS
+    from avsim.settings import OPTIONS, airflow_config
 
     key = "planner_phase_overhead_seconds"
-    value = str(conf.get("avsim", key, fallback=OPTIONS[key][0]))
+    value = airflow_config("avsim", key, OPTIONS[key][0])
     try:
         seconds = float(value)
     except ValueError:

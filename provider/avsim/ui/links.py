@@ -21,10 +21,10 @@ from avsim.ui import urls
 
 
 def _base_path() -> str:
-    try:
-        from airflow.sdk.configuration import conf
+    from avsim.settings import airflow_config
 
-        return urlparse(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
+    try:
+        return urlparse(airflow_config("api", "base_url", "")).path.rstrip("/")
     except Exception:  # no config in this process: links relative to the origin
         return ""
 
