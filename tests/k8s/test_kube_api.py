@@ -939,3 +939,42 @@ def test_stock_kubernetes_pod_trigger_drives_a_deferred_pod(kube: FakeKubeAPI, k
     assert kube.call_count("watch", "events") + kube.call_count("list", "events") >= 1  # startup events
     operator.trigger_reentry(context, event.payload)
     assert kube.pods("sims") == []  # on_finish_action=delete_pod
+
+
+def test_objects_the_real_api_server_would_refuse_get_422(
+    kube: FakeKubeAPI, api_client: client.ApiClient
+) -> None:
+    """The loopback API checks pods and Leases against the supported versions' schemas (strict)."""
+    v1 = client.CoreV1Api(api_client)
+    body = pod_body("typo", SLEEP)
+    body["spec"]["containers"][0]["resource"] = {"limits": {"cpu": "1"}}  # resources, misspelt
+    with pytest.raises(client.ApiException) as err:
+        v1.create_namespaced_pod("default", body)
+    assert err.value.status == 422
+    status = status_of(err.value)
+    assert (status["kind"], status["status"], status["reason"], status["code"]) == (
+        "Status",
+        "Failure",
+        "Invalid",
+        422,
+    )
+    assert status["details"]["kind"] == "Pod" and status["details"]["name"] == "typo"
+    assert status["details"]["causes"][0]["field"] == "spec.containers[0]"
+    assert "'resource' was unexpected" in status["details"]["causes"][0]["message"]
+    assert kube.pod("typo") is None and kube.process_of("typo") is None
+    leases = client.CoordinationV1Api(api_client)
+    bad = {"metadata": {"name": "hb"}, "spec": {"leaseDurationSeconds": "30s"}}
+    with pytest.raises(client.ApiException) as err:
+        leases.create_namespaced_lease("default", bad)
+    assert (
+        err.value.status == 422
+        and status_of(err.value)["details"]["causes"][0]["field"] == "spec.leaseDurationSeconds"
+    )
+    # A valid Lease is accepted, and a patch that breaks it is refused like a create.
+    leases.create_namespaced_lease(
+        "default", {"metadata": {"name": "hb"}, "spec": {"leaseDurationSeconds": 30}}
+    )
+    with pytest.raises(client.ApiException) as err:
+        leases.patch_namespaced_lease("hb", "default", {"spec": {"holderIdentity": 7}})
+    assert err.value.status == 422
+    assert leases.read_namespaced_lease("hb", "default").spec.holder_identity is None

@@ -91,6 +91,17 @@ def attempt_labels(run_key: str, case_id: str, phase: str, attempt: int, node_cl
     }
 
 
+def lease_body(name: str, namespace: str, labels: Mapping[str, str], lease_seconds: float) -> dict[str, Any]:
+    """The attempt's heartbeat Lease (``coordination.k8s.io/v1``), named after its pod; the phase
+    renews ``spec.renewTime`` (avsim.phases.heartbeat)."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": {"leaseDurationSeconds": int(lease_seconds), "holderIdentity": name},
+    }
+
+
 def phase_selector(run_key: str, case_id: str, phase: str) -> str:
     """Label selector of every pod (every attempt) of one phase of one case."""
     return ",".join(

@@ -259,17 +259,15 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
 
         return CoordinationV1Api(self.client.api_client)
 
+    def lease_request_obj(self, a: PhaseAttempt, namespace: str, name: str) -> dict[str, Any]:
+        """The attempt's heartbeat Lease, as sent to the API server (see :func:`avsim.kube.pods.lease_body`)."""
+        labels = pods.attempt_labels(a.layout.run_key, a.case_id, a.phase, a.attempt, self.node_class)
+        return pods.lease_body(name, namespace, labels, a.runtime.lease_seconds)
+
     def _create_lease(self, a: PhaseAttempt, namespace: str, name: str) -> None:
         if not a.runtime.lease_seconds:
             return
-        body = k8s.V1Lease(
-            metadata=k8s.V1ObjectMeta(
-                name=name,
-                namespace=namespace,
-                labels=pods.attempt_labels(a.layout.run_key, a.case_id, a.phase, a.attempt, self.node_class),
-            ),
-            spec=k8s.V1LeaseSpec(lease_duration_seconds=int(a.runtime.lease_seconds), holder_identity=name),
-        )
+        body = self.lease_request_obj(a, namespace, name)
         try:
             self.coordination.create_namespaced_lease(namespace, body)
         except ApiException as exc:

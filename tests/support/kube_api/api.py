@@ -13,13 +13,45 @@ from dataclasses import dataclass
 from typing import Any
 
 from .kubelet import Kubelet
-from .objects import PODS, ApiError, ResourceInfo, rfc3339
+from .objects import LEASES, PODS, ApiError, ResourceInfo, rfc3339
 from .patch import apply_patch
+from .schema import violations
 from .selectors import parse_field_selector, parse_label_selector
 from .store import Obj, Store
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _MUTABLE_POD_SPEC = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")
+#: Objects checked against the real API server's schemas (schema.py) when a client writes them.
+_SCHEMA_CHECKED = (PODS, LEASES)
+
+
+def check_schema(res: ResourceInfo, obj: Obj) -> None:
+    """Refuse, as the API server would (422 Invalid, one cause per field), an object that the schemas
+    of the supported Kubernetes versions reject: unknown fields included (strict)."""
+    if res not in _SCHEMA_CHECKED:
+        return
+    body = {"apiVersion": res.api_version, "kind": res.kind, **obj}
+    found = violations(body)
+    if not found:
+        return
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    causes = []
+    for line in found:
+        version, field, message = line.split(": ", 2)
+        cause = {
+            "reason": "FieldValueInvalid",
+            "message": f"{message} (Kubernetes {version})",
+            "field": field,
+        }
+        if cause not in causes:
+            causes.append(cause)
+    first = causes[0]
+    raise ApiError(
+        422,
+        "Invalid",
+        f'{res.kind} "{name}" is invalid: {first["field"]}: {first["message"]}',
+        {"name": name, **({"group": res.group} if res.group else {}), "kind": res.kind, "causes": causes},
+    )
 
 
 def truthy(value: str | None) -> bool:
@@ -97,6 +129,7 @@ class ResourceAPI:
                 f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
                 "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
             )
+        check_schema(res, body)
         if res is PODS:
             body = self._default_pod(body)
         obj = self.store.create(res, namespace, body)
@@ -142,6 +175,7 @@ class ResourceAPI:
     def replace(self, res: ResourceInfo, namespace: str, name: str, body: Any) -> Obj:
         if not isinstance(body, dict):
             raise ApiError.bad_request(f"the body of the request for {res.kind} must be a JSON object")
+        check_schema(res, body)
         if res is PODS:
             current = self.store.get(res, namespace, name)
             body = self._check_pod_update(current, body)
@@ -153,6 +187,7 @@ class ResourceAPI:
             wanted = (patched.get("metadata") or {}).get("resourceVersion")
             if wanted and wanted != obj["metadata"]["resourceVersion"]:
                 raise ApiError.conflict(res, name)
+            check_schema(res, patched)
             if res is PODS:
                 patched = self._check_pod_update(obj, patched)
             return patched

@@ -696,7 +696,10 @@ class Kubelet:
 
             def terminating(pod: Obj) -> None:
                 meta = pod["metadata"]
-                if meta.get("deletionGracePeriodSeconds") is None or grace < meta["deletionGracePeriodSeconds"]:
+                if (
+                    meta.get("deletionGracePeriodSeconds") is None
+                    or grace < meta["deletionGracePeriodSeconds"]
+                ):
                     meta["deletionTimestamp"] = when
                     meta["deletionGracePeriodSeconds"] = grace
 
