@@ -1,0 +1,99 @@
+"""Every deferral of a Kubernetes phase is bounded, and a timed-out one is an infrastructure failure.
+
+The operator is built as in test_kube_schemas.py (no API); the pod it would have created is set by
+hand, and the ledger and the pod deletes are replaced by recorders.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+from kubernetes.client import models as k8s
+from tests.unit.test_kube_schemas import KUBE
+
+from avsim.artifacts import RunLayout
+from avsim.kube import pods
+from avsim.manifest.sample import sample_manifest
+from avsim.manifest.validation import validate_manifest
+from avsim.operators.kubernetes import DEFERRAL_MARGIN_SECONDS, KubernetesPhaseOperator
+from avsim.operators.retry import ROLE_REGULAR
+from avsim.phases.attempt import PhaseAttempt, PhaseRuntime
+from avsim.phases.contract import AttemptResult, Outcome
+
+
+def operator(lease_seconds: float) -> tuple[KubernetesPhaseOperator, PhaseAttempt]:
+    doc = sample_manifest(2, iso_week="2026-W49")
+    doc["graphs"]["standard"]["phases"]["prepare"]["lease_seconds"] = lease_seconds
+    m = validate_manifest(doc)
+    spec = m.graphs["standard"].phases["prepare"].model_dump(mode="json", by_alias=True)
+    run = {"run_key": "avsim_weekly__x", "artifact_root": "file:///tmp/avsim-x", "image": m.run.build.image}
+    case = {"case_id": m.cases[0].id, "seed": m.cases[0].seed}
+    op = KubernetesPhaseOperator(
+        task_id="standard.prepare", phase="prepare", case=case, run=run, role=ROLE_REGULAR, kube=KUBE
+    )
+    attempt = PhaseAttempt(
+        layout=RunLayout(run["artifact_root"], run["run_key"]),
+        case={**case, "parameters": {}},
+        phase="prepare",
+        attempt=1,
+        runtime=PhaseRuntime.from_spec(spec),
+        build_id="b",
+        image=run["image"],
+        inputs={},
+        node_class=op.node_class,
+    )
+    return op, attempt
+
+
+@pytest.mark.parametrize("lease_seconds", [0, 300])
+def test_the_deferral_has_a_timeout_whatever_the_lease(lease_seconds: float) -> None:
+    op, attempt = operator(lease_seconds)
+    name = pods.pod_name("avsim_weekly__x", attempt.case_id, "prepare", 1)
+    op._attempt, op._started = attempt, dt.datetime.now(dt.UTC)
+    op.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=name, namespace="avsim"))
+    with pytest.raises(TaskDeferred) as deferred:
+        op.invoke_defer_method()
+    bound = (
+        KUBE.startup_timeout_seconds + attempt.runtime.timeout_seconds + 30 + pods.TERMINATING_BOUND_SECONDS
+    )
+    trigger: Any = deferred.value.trigger
+    assert trigger.deadline_seconds == bound
+    assert trigger.lease_seconds == lease_seconds
+    assert deferred.value.timeout == dt.timedelta(seconds=bound + DEFERRAL_MARGIN_SECONDS)
+
+
+def test_a_timed_out_deferral_is_recorded_as_an_infrastructure_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    op, attempt = operator(0)
+    concluded: list[tuple[AttemptResult, str, str]] = []
+    ledger = SimpleNamespace(
+        current_attempt=lambda case_id, phase: 3,
+        attempts=lambda case_id, phase: [SimpleNamespace(attempt=3, started_at="2026-12-01T10:00:00+00:00")],
+    )
+    monkeypatch.setattr(KubernetesPhaseOperator, "ledger", ledger)
+    monkeypatch.setattr(op, "attempt_for", lambda context, number=0: (attempt.with_attempt(number), ""))
+
+    def conclude(
+        context: Any, a: PhaseAttempt, result: AttemptResult, ns: str, name: str, started: Any
+    ) -> Any:
+        assert a.attempt == 3 and started == dt.datetime(2026, 12, 1, 10, tzinfo=dt.UTC)
+        concluded.append((result, ns, name))
+        return {"outcome": result.outcome.value}
+
+    monkeypatch.setattr(op, "_conclude", conclude)
+    monkeypatch.setattr(op, "_result", lambda context, result: result)
+    assert op.resume_execution("__fail__", {"error": "Trigger timeout"}, {}) == {"outcome": "infra_failed"}
+    ((result, ns, name),) = concluded
+    assert (result.outcome, result.detail) == (Outcome.INFRA_FAILED, "timeout")
+    assert name == pods.pod_name("avsim_weekly__x", attempt.case_id, "prepare", 3) and ns == KUBE.namespace
+    assert "timed out" in result.reason
+    # Any other failure of the trigger stays Airflow's.
+    from airflow.sdk.exceptions import TaskDeferralError
+
+    with pytest.raises(TaskDeferralError):
+        op.resume_execution("__fail__", {"error": "Trigger failure"}, {})
