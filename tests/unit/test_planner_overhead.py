@@ -102,6 +102,17 @@ def test_the_overhead_is_added_to_every_shard_of_a_window() -> None:
     assert loaded == 3 * (5 + 840 + 4 * 2)
 
 
+def test_the_run_level_phases_start_after_their_own_latency() -> None:
+    # The chain ends at 840; summarize, the parent's poll and close_week take 7 s; the summary 30 s.
+    w = workload(CHAIN, 2, run_phases={"summary": phase("cpu", 30)})
+    opts = SimOptions(shard_size=1, max_active_shards=2, shard_start_seconds=5)
+    assert simulate(w, PLENTY, opts).makespan_seconds == 5 + 840 + 30
+    later = simulate(w, PLENTY, replace(opts, run_phases_start_seconds=7))
+    assert later.makespan_seconds == 5 + 840 + 7 + 30 and later.case_end_seconds == (845, 845)
+    with pytest.raises(PlannerError, match="run_phases_start_seconds"):
+        SimOptions(run_phases_start_seconds=-1)
+
+
 def test_the_overhead_holds_the_slot() -> None:
     # One GPU, three single-phase cases of 10 s: each attempt holds the GPU for 4 + 10 s.
     w = workload({"simulate": phase("gpu", 10)}, 3)

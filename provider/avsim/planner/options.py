@@ -61,6 +61,9 @@ class SimOptions:
     #: From a window slot freeing to the next shard run's first phases being ready (trigger poll,
     #: ``load_shard``, expansion).
     shard_start_seconds: float = 0.0
+    #: From the last shard run's end to the run-level phases being ready (``summarize``, the
+    #: parent's poll, ``close_week``).
+    run_phases_start_seconds: float = 0.0
     #: Shard runs created with increasing logical dates (what ``ShardRunOperator`` does): Airflow then
     #: orders equal weights by shard (oldest first) before map index. ``False`` models shard runs
     #: triggered without a logical date: equal weights ordered by map index across all active shards.
@@ -98,6 +101,8 @@ class SimOptions:
             problems.append(f"duration_spread = {self.duration_spread}: use a value in [0, 1)")
         if self.shard_start_seconds < 0:
             problems.append(f"shard_start_seconds = {self.shard_start_seconds}: use 0 or more")
+        if self.run_phases_start_seconds < 0:
+            problems.append(f"run_phases_start_seconds = {self.run_phases_start_seconds}: use 0 or more")
         if self.max_active_tasks_per_shard is not None and self.max_active_tasks_per_shard < 1:
             problems.append(f"max_active_tasks_per_shard = {self.max_active_tasks_per_shard}: use 1 or more")
         if self.parallelism is not None and self.parallelism < 1:

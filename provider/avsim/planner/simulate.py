@@ -440,7 +440,7 @@ class _Simulation:
             self._push(now + self.options.shard_start_seconds, _SHARD, self.next_shard)
             self.next_shard += 1
         elif self.shards_done == self.n_shards and self.shard_cases[self.run_shard]:
-            self._start_shard(self.run_shard)
+            self._push(now + self.options.run_phases_start_seconds, _SHARD, self.run_shard)
 
     def _result(self, complete: bool, in_use: list[tuple[float, int]]) -> SimResult:
         st = self.stats
