@@ -49,6 +49,7 @@ class CanaryGateSensor(BaseSensorOperator):
                 build=str(self.run.get("build_id", "")),
                 shard=int(canary.get("shard", 0)),
                 poll_interval=self.poll_interval,
+                image=str(self.run.get("image", "")),
             ),
             method_name="execute_complete",
         )

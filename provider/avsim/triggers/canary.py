@@ -33,6 +33,7 @@ class CanaryGateTrigger(BaseTrigger):
         build: str,
         shard: int = 0,
         poll_interval: float = 30.0,
+        image: str = "",
     ) -> None:
         super().__init__()
         self.artifact_root = artifact_root
@@ -42,6 +43,8 @@ class CanaryGateTrigger(BaseTrigger):
         self.build = build
         self.shard = int(shard)
         self.poll_interval = float(poll_interval)
+        #: The build's image reference: a failed gate opens the breaker of its digest at once.
+        self.image = image
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -54,6 +57,7 @@ class CanaryGateTrigger(BaseTrigger):
                 "build": self.build,
                 "shard": self.shard,
                 "poll_interval": self.poll_interval,
+                "image": self.image,
             },
         )
 
@@ -100,6 +104,14 @@ class CanaryGateTrigger(BaseTrigger):
     def record(self, decision: GateDecision) -> None:
         from avsim.ledger.documents import DocumentStore
 
+        if decision.state == "failed" and self.image:
+            # Stop the build at the moment of the decision, not when a worker next runs the sensor:
+            # canary attempts not yet started (retries included) then fail fast as bad_build.
+            from avsim.ledger.breaker import Breaker
+
+            Breaker(self.artifact_root, self.image.rsplit("@", 1)[-1], self.build).trip(
+                f"canary gate: {decision.to_json().get('message', 'failed')}"
+            )
         layout = RunLayout(self.artifact_root, self.run_key)
         DocumentStore().put(
             layout.canary_gate,
