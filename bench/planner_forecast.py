@@ -295,13 +295,14 @@ def forecast(doc: dict[str, Any], args: argparse.Namespace, cal: Calibration | N
         max_active_tasks_per_shard=2 * args.shard_size,
         parallelism=args.parallelism,
         phase_overhead_seconds=cal.phase_overhead_seconds if cal else 0.0,
+        phase_overhead_in_slot_seconds=cal.in_slot_seconds if cal else None,
         shard_start_seconds=cal.shard_start_seconds if cal else 0.0,
         run_phases_start_seconds=cal.run_phases_start_seconds if cal else 0.0,
     )
     return simulate(w, cap, opts).makespan_seconds
 
 
-def production(cases: int, overhead: float) -> tuple[float, float]:
+def production(cases: int, overhead: float, in_slot: float) -> tuple[float, float]:
     """The sample week at production capacity and shape: makespan without, and with, the overhead."""
     from avsim.manifest.sample import sample_manifest
     from avsim.manifest.validation import validate_manifest
@@ -311,7 +312,8 @@ def production(cases: int, overhead: float) -> tuple[float, float]:
     cap = Capacity(gpus=280, cpus=200)
     opts = SimOptions(shard_size=250, max_active_shards=6)
     base = simulate(w, cap, opts).makespan_seconds
-    return base, simulate(w, cap, replace(opts, phase_overhead_seconds=overhead)).makespan_seconds
+    loaded = replace(opts, phase_overhead_seconds=overhead, phase_overhead_in_slot_seconds=in_slot)
+    return base, simulate(w, cap, loaded).makespan_seconds
 
 
 def measure(args: argparse.Namespace, docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -427,7 +429,7 @@ def main() -> None:
             f"{fc / span:.3f} | {whole:.1f} s |"
         )
         ratio = fc / span
-    base, loaded = production(args.production_cases, cal.phase_overhead_seconds)
+    base, loaded = production(args.production_cases, cal.phase_overhead_seconds, cal.in_slot_seconds)
     print(
         f"production ({args.production_cases:,} cases, 280 GPUs, 200 CPUs, S = 250, W = 6): "
         f"{base / 3600:.3f} h without the overhead, {loaded / 3600:.3f} h with "

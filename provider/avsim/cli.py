@@ -265,6 +265,18 @@ def plan(
         help="Orchestrator seconds per phase attempt besides its work (default: [avsim] "
         "planner_phase_overhead_seconds, 0).",
     ),
+    phase_overhead_in_slot_seconds: float = typer.Option(
+        None,
+        "--phase-overhead-in-slot-seconds",
+        min=0,
+        help="Of the overhead, the part a phase holds its slots for (default: all; the rest is latency).",
+    ),
+    shard_start_seconds: float = typer.Option(
+        0.0, min=0, help="From a window slot freeing to the next shard run's first phases being ready."
+    ),
+    run_phases_start_seconds: float = typer.Option(
+        0.0, min=0, help="From the last shard run's end to the run-level phases being ready."
+    ),
     time_scale: float = typer.Option(
         1.0, "--time-scale", min=1e-9, help="Phases work their estimate x this (a demo's fake phases)."
     ),
@@ -300,6 +312,9 @@ def plan(
                 max_active_tasks_per_shard=max_active_tasks_per_shard,
                 parallelism=parallelism,
                 phase_overhead_seconds=phase_overhead_seconds,
+                phase_overhead_in_slot_seconds=phase_overhead_in_slot_seconds,
+                shard_start_seconds=shard_start_seconds,
+                run_phases_start_seconds=run_phases_start_seconds,
                 seed=seed,
             ),
             deadline=deadline,

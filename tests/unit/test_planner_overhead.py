@@ -122,6 +122,22 @@ def test_the_overhead_holds_the_slot() -> None:
     assert lower_bound(w, Capacity(gpus=1, cpus=1), SimOptions(phase_overhead_seconds=4)).seconds == 42
 
 
+def test_latency_before_the_queue_holds_no_slot() -> None:
+    # One GPU, three 10 s cases, 6 s of overhead of which 2 s in the slot: every case waits 4 s
+    # before it is queued, then the GPU serves them back to back for 2 + 10 s each.
+    w = workload({"simulate": phase("gpu", 10)}, 3)
+    opts = SimOptions(phase_overhead_seconds=6, phase_overhead_in_slot_seconds=2)
+    r = simulate(w, Capacity(gpus=1, cpus=1), opts)
+    assert r.case_end_seconds == (16, 28, 40) and r.gpu_busy_seconds == 36
+    bound = lower_bound(w, Capacity(gpus=1, cpus=1), opts)
+    assert (bound.critical_path_seconds, bound.gpu_seconds) == (16, 36)
+    # Along a chain it is still N x the whole overhead.
+    chain = workload(CHAIN, 1)
+    assert simulate(chain, PLENTY, opts).makespan_seconds == 840 + 4 * 6
+    with pytest.raises(PlannerError, match="phase_overhead_in_slot_seconds"):
+        SimOptions(phase_overhead_seconds=1, phase_overhead_in_slot_seconds=2)
+
+
 def test_zero_overhead_leaves_the_forecast_unchanged() -> None:
     w = workload_from_manifest(validate_manifest(sample_manifest(300, seed=3)))
     cap = Capacity(gpus=12, cpus=8, on_demand_gpus=2)
@@ -208,6 +224,28 @@ def test_the_plan_command_takes_the_overhead_from_its_option_or_the_configuratio
     assert with_option - bare >= 5 * 6
     # The time scale scales the work only: at scale 1 the same week of 30-minute phases.
     assert makespan(common) == pytest.approx(bare / 0.002)
+    # Every part the bench calibrates can be given to the command; it simulates what the API does.
+    parts = [
+        "--phase-overhead-in-slot-seconds",
+        "2",
+        "--shard-start-seconds",
+        "30",
+        "--run-phases-start-seconds",
+        "6",
+    ]
+    from avsim.manifest.loader import load_manifest
+
+    scaled = workload_from_manifest(load_manifest(manifest).manifest).scaled(0.002)
+    opts = SimOptions(
+        shard_size=10,
+        max_active_shards=2,
+        phase_overhead_seconds=6,
+        phase_overhead_in_slot_seconds=2,
+        shard_start_seconds=30,
+        run_phases_start_seconds=6,
+    )
+    expected = simulate(scaled, Capacity(gpus=2, cpus=4), opts).makespan_seconds
+    assert makespan([*fast, "--phase-overhead-seconds", "6", *parts]) == pytest.approx(expected, abs=0.01)
     bad = runner.invoke(
         app, ["plan", *common, "--json"], env={"AIRFLOW__AVSIM__PLANNER_PHASE_OVERHEAD_SECONDS": "soon"}
     )

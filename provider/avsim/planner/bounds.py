@@ -75,12 +75,14 @@ def lower_bound(workload: Workload, capacity: Capacity, options: SimOptions | No
     """The bound for ``workload`` on ``capacity``, with the durations the simulation would use
     (numbered as it numbers tasks: cases in order, their phases in order, then run-level phases)."""
     options = options or SimOptions()
-    extra = options.phase_overhead_seconds  # every attempt holds its slots for it too
+    # Every phase's overhead lengthens the paths; the part in its slots also the pools' work.
+    extra, held = options.phase_overhead_seconds, options.held_overhead_seconds
     t = 0
     longest = gpu = cpu = 0.0
     cache: dict[int, float] = {}
     for case in workload.cases:
-        seconds = [phase_duration(p.seconds, t + i, options) + extra for i, p in enumerate(case.phases)]
+        work = [phase_duration(p.seconds, t + i, options) for i, p in enumerate(case.phases)]
+        seconds = [w + extra for w in work]
         t += len(case.phases)
         if options.duration_spread:
             path = _path(case.phases, seconds)
@@ -89,11 +91,11 @@ def lower_bound(workload: Workload, capacity: Capacity, options: SimOptions | No
             if path < 0:
                 path = cache[id(case.phases)] = _path(case.phases, seconds)
         longest = max(longest, path)
-        for p, s in zip(case.phases, seconds, strict=True):
+        for p, w in zip(case.phases, work, strict=True):
             if p.is_gpu:
-                gpu += s * p.gpus
+                gpu += (w + held) * p.gpus
             else:
-                cpu += s
+                cpu += w + held
     run_seconds = [
         phase_duration(p.seconds, t + i, options) + extra for i, p in enumerate(workload.run_phases)
     ]

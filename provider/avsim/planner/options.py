@@ -74,10 +74,14 @@ class SimOptions:
     parallelism: int | None = None
     #: What the orchestrator adds to every attempt of a phase, in wall seconds, on top of its work:
     #: from the upstream phase's end to this phase's process starting (scheduler loop, queueing, the
-    #: task process, parsing) plus the fixed cost around its own work (ledger, commit). The attempt
-    #: holds its slots for it. Measured by ``bench/planner_forecast.py``; 0 (the default) leaves
-    #: forecasts as they were, and 30-minute phases barely notice a few seconds.
+    #: task process, parsing) plus the fixed cost around its own work (ledger, commit). Measured by
+    #: ``bench/planner_forecast.py``; 0 (the default) leaves forecasts as they were, and 30-minute
+    #: phases barely notice a few seconds.
     phase_overhead_seconds: float = 0.0
+    #: Of ``phase_overhead_seconds``, the part during which the attempt holds its slots (queued ->
+    #: ended, beyond its work); the rest is latency before it is queued, holding nothing. ``None``:
+    #: all of it.
+    phase_overhead_in_slot_seconds: float | None = None
     #: Seed of every random draw (preemptions, failures, durations): same seed, same run.
     seed: int = 0
 
@@ -111,8 +115,20 @@ class SimOptions:
             problems.append(
                 f"phase_overhead_seconds = {self.phase_overhead_seconds}: use seconds in [0, 86400]"
             )
+        held = self.phase_overhead_in_slot_seconds
+        if held is not None and not 0 <= held <= self.phase_overhead_seconds:
+            problems.append(
+                f"phase_overhead_in_slot_seconds = {held}: use seconds in [0, phase_overhead_seconds = "
+                f"{self.phase_overhead_seconds}]"
+            )
         if problems:
             raise PlannerError("planner options rejected: " + "; ".join(problems))
+
+    @property
+    def held_overhead_seconds(self) -> float:
+        """The part of the per-phase overhead an attempt holds its slots for."""
+        held = self.phase_overhead_in_slot_seconds
+        return self.phase_overhead_seconds if held is None else held
 
 
 def _mix(x: int) -> int:

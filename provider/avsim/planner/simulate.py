@@ -11,9 +11,11 @@ What it models, as the scheduler and the DAGs do:
   a task whose slots do not fit its pool's open slots waits and smaller ones behind it may pass;
   with ``max_active_tasks_per_shard`` a shard run's tasks beyond the limit wait too, and with
   ``parallelism`` every task beyond the executor's limit;
-- **the orchestrator's cost**: every attempt holds its slots for ``phase_overhead_seconds`` before
-  its work (the latency from its upstream's end and the fixed cost around the work), so a chain of
-  N phases takes N x the overhead longer; preemptions and failures strike during the work;
+- **the orchestrator's cost**: ``phase_overhead_seconds`` per attempt besides its work, so a chain
+  of N phases takes N x the overhead longer. Of it, the attempt holds its slots for
+  ``held_overhead_seconds`` before its work (task process, ledger, commit); the rest is latency
+  from the moment it could run (its upstream's end) to its being queued, holding nothing.
+  Preemptions and failures strike during the work;
 - **failures**: spot preemptions (Poisson per GPU-hour), lost work back to the last checkpoint,
   retry after the phase's preemption delay, on-demand after ``on_demand_after_preemptions``;
   infrastructure failures retried with the phase's backoff; a phase out of budget fails and its
@@ -45,7 +47,7 @@ from avsim.planner.workload import PhaseWork, Workload
 SPOT, ON_DEMAND, CPU = 0, 1, 2
 POOL_NAMES = ("GPU spot", "GPU on-demand", "CPU")
 # Event kinds; at equal times, completions are handled before retries become ready.
-_END, _PREEMPT, _FAIL, _READY, _SHARD = 0, 1, 2, 3, 4
+_END, _PREEMPT, _FAIL, _READY, _SHARD, _QUEUE = 0, 1, 2, 3, 4, 5
 
 
 @dataclass(frozen=True)
@@ -247,6 +249,9 @@ class _Simulation:
     def run(self, stop_after: float | None) -> SimResult:
         o = self.options
         self.events: list[tuple[float, int, int, int]] = []
+        self.now = 0.0
+        self.held = o.held_overhead_seconds
+        self.latency = o.phase_overhead_seconds - self.held
         self.seq = 0
         self.free = [self.capacity.gpus, self.capacity.on_demand_gpus, self.capacity.cpus]
         self.queues: dict[int, list[list[Any]]] = {}
@@ -274,13 +279,15 @@ class _Simulation:
         events = self.events
         total_gpus = self.capacity.gpus + self.capacity.on_demand_gpus
         while events:
-            now = events[0][0]
+            now = self.now = events[0][0]
             if stop_after is not None and now > stop_after:
                 return self._result(False, in_use)
             while events and events[0][0] == now:
                 _, _, kind, a = heapq.heappop(events)
                 if kind == _READY:
                     self._ready(a)
+                elif kind == _QUEUE:
+                    self._queue(a)
                 elif kind == _SHARD:
                     self._start_shard(a)
                 else:
@@ -304,6 +311,14 @@ class _Simulation:
                 self._ready(t)
 
     def _ready(self, t: int) -> None:
+        """``t`` may run now; it is queued after the orchestrator's latency."""
+        latency = self.latency
+        if latency > 0:
+            self._push(self.now + latency, _QUEUE, t)
+        else:
+            self._queue(t)
+
+    def _queue(self, t: int) -> None:
         if self.gpus[t]:
             pool = ON_DEMAND if self.preempted[t] >= self.phase[t].retry.on_demand_after_preemptions else SPOT
         else:
@@ -351,7 +366,7 @@ class _Simulation:
         if pool == ON_DEMAND:
             self.stats["odatt"] += 1
         work = self.duration[t] - self.progress[t]
-        begin = now + o.phase_overhead_seconds  # the work starts after the orchestrator's part
+        begin = now + self.held  # the work starts after the orchestrator's part in the slot
         end, kind = begin + work, _END
         if pool == SPOT and o.preemption_rate > 0:
             u = unit(o.seed, t, attempt, SALT_PREEMPT)
@@ -380,7 +395,7 @@ class _Simulation:
             self._finish(t, True, now)
             return
         # Preempted or crashed: keep what the last checkpoint saved, lose the rest.
-        done = self.progress[t] + max(0.0, elapsed - self.options.phase_overhead_seconds)
+        done = self.progress[t] + max(0.0, elapsed - self.held)
         saved = 0.0
         if self.checkpoint[t]:
             step = self.options.checkpoint_seconds
