@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import airflow_run
 from tests.support.airflow_run import query, trigger, wait_for_run
 from tests.support.stacks import read_json, weekly_stack
 
@@ -98,14 +99,7 @@ def week(stack: LocalStack) -> dict[str, Any]:
 
 
 def token(stack: LocalStack) -> str:
-    req = urllib.request.Request(
-        f"{stack.api_url}/auth/token",
-        data=json.dumps({"username": USER, "password": PASSWORD}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return str(json.loads(resp.read())["access_token"])
+    return airflow_run.token(stack, (USER, PASSWORD))
 
 
 def status(stack: LocalStack, path: str, bearer: str | None = None, cookie: str | None = None) -> int:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import airflow_run
 from tests.support.airflow_run import query, trigger, wait_for_run
 from tests.support.stacks import read_json, weekly_stack
 
@@ -69,27 +69,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         yield s
 
 
-def token(stack: LocalStack, user: str = ENGINEER, password: str = ENGINEER_PASSWORD) -> str:
-    req = urllib.request.Request(
-        f"{stack.api_url}/auth/token",
-        data=json.dumps({"username": user, "password": password}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return str(json.loads(resp.read())["access_token"])
+def token(stack: LocalStack) -> str:
+    return airflow_run.token(stack, (ENGINEER, ENGINEER_PASSWORD))
 
 
 def api(stack: LocalStack, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
     """The REST API as the engineer (role user) calls it."""
-    req = urllib.request.Request(
-        f"{stack.api_url}{path}",
-        method=method,
-        data=json.dumps(body).encode() if body is not None else None,
-        headers={"Authorization": f"Bearer {token(stack)}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read() or b"null")
+    return airflow_run.api(stack, method, path, body, login=(ENGINEER, ENGINEER_PASSWORD))
 
 
 def start_broken_week(stack: LocalStack, run_id: str) -> dict[str, Any]:

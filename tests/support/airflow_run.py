@@ -43,17 +43,39 @@ def query(stack: LocalStack, sql: str, **params: Any) -> list[Any]:
         return list(c.execute(text(sql), params).all())
 
 
-def api(stack: LocalStack, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    """Call the REST API as an engineer would (simple auth manager: a token for the all-admins user)."""
+def token(stack: LocalStack, login: tuple[str, str] | None = None) -> str:
+    """A JWT from the API server: for ``login`` (user, password), else the all-admins mode's."""
     import urllib.request
 
-    with urllib.request.urlopen(f"{stack.api_url}/auth/token", timeout=30) as resp:
-        token = json.loads(resp.read())["access_token"]
+    if login is None:
+        req = urllib.request.Request(f"{stack.api_url}/auth/token")
+    else:
+        req = urllib.request.Request(
+            f"{stack.api_url}/auth/token",
+            data=json.dumps({"username": login[0], "password": login[1]}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return str(json.loads(resp.read())["access_token"])
+
+
+def api(
+    stack: LocalStack,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    login: tuple[str, str] | None = None,
+) -> Any:
+    """Call the REST API as an engineer would: as ``login`` (user, password), else as the simple
+    auth manager's all-admins user."""
+    import urllib.request
+
     req = urllib.request.Request(
         f"{stack.api_url}{path}",
         method=method,
         data=json.dumps(body).encode() if body is not None else None,
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        headers={"Authorization": f"Bearer {token(stack, login)}", "Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=60) as resp:
         return json.loads(resp.read() or b"null")

@@ -36,7 +36,9 @@ ENDED = ("passed", "scenario_failed", "bad_input", "infra_failed", "preempted", 
 
 
 def parse_time(value: Any) -> dt.datetime | None:
-    """An ISO timestamp as an aware datetime (naive ones are UTC), or None."""
+    """An ISO timestamp (or a datetime) as an aware datetime (naive ones are UTC), or None."""
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
     if not value:
         return None
     try:

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from avsim.report.cases import parse_time
+
 #: Most points per series (the page and report.json stay small at 60,000 attempts).
 MAX_POINTS = 200
 
@@ -106,19 +108,6 @@ DEFINITIONS = {
 
 def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
-
-
-def parse_time(value: Any) -> dt.datetime | None:
-    """An ISO timestamp as an aware datetime (naive ones are UTC), or None."""
-    if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    if not value:
-        return None
-    try:
-        when = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
 def span_of(record: Mapping[str, Any]) -> Span | None:

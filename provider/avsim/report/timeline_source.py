@@ -19,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from avsim.artifacts import RunLayout
-from avsim.report.timeline import MAX_POINTS, PlanLine, Span, Timeline, build_timeline, parse_time, span_of
+from avsim.report.cases import parse_time
+from avsim.report.timeline import MAX_POINTS, PlanLine, Span, Timeline, build_timeline, span_of
 
 READ_THREADS = 16
 

@@ -6,13 +6,13 @@ not exist (yet) or cannot be read, so the page shows "not available" instead of 
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from avsim.artifacts import RunLayout, breaker_uri
+from avsim.report.cases import parse_time
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -109,14 +109,7 @@ def seconds_between(start: Any, end: Any) -> float | None:
     return round((b - a).total_seconds(), 1) if a and b else None
 
 
-def parse(value: Any) -> dt.datetime | None:
-    if not value:
-        return None
-    try:
-        when = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+parse = parse_time
 
 
 def breaker(root: str, image: str | None, gate_digest: str | None) -> dict[str, Any]:
