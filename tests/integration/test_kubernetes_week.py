@@ -35,6 +35,10 @@ FAULTS: dict[int, tuple[str, str, dict[str, Any], str]] = {
     4: ("hang", "simulate", {}, "passed"),
     5: ("slow_start", "prepare", {}, "passed"),
     6: ("preempt", "simulate", {"grace_seconds": 0.5}, "passed"),
+    # The kubelet dies with the node: the pod stays Terminating for ever. A spot phase's lost node is
+    # a preemption (node_lost, kube/pods.py), ended TERMINATING_BOUND_SECONDS past its deletion
+    # time; the retry passes.
+    7: ("node_lost_stuck", "simulate", {"grace_seconds": 1}, "passed"),
 }
 
 
@@ -96,6 +100,7 @@ def test_a_week_on_kubernetes_ends_every_case_in_its_class(cluster: tuple[FakeKu
         "hang": "lease_expired",
         "slow_start": "",
         "preempt": "node_shutdown",
+        "node_lost_stuck": "node_lost",
     }
     assert by_case[other["id"]]["outcome"] == "scenario_failed"
     # Every other case passed, and every pod and Lease is gone.
