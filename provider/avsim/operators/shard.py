@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 
 from avsim.artifacts import RunLayout
+
+#: The longest a ``shards`` task waits, deferred, for a shard run it found already there.
+SHARD_WAIT_TIMEOUT = dt.timedelta(days=8)
 
 
 class ShardRunOperator(TriggerDagRunOperator):
@@ -61,7 +65,6 @@ class ShardRunOperator(TriggerDagRunOperator):
         # Shard runs get increasing logical dates (the parent's plus the shard index, in microseconds):
         # the scheduler orders equal priority weights by logical date, so earlier shards finish
         # first instead of all active shards draining in lock-step (measured with the planner).
-        import datetime as dt
 
         base = getattr(context["dag_run"], "run_after", None) or getattr(
             context["dag_run"], "logical_date", None
@@ -86,6 +89,9 @@ class ShardRunOperator(TriggerDagRunOperator):
                     poll_interval=self.poke_interval,
                 ),
                 method_name="execute_complete",
+                # A bound on the wait, so no deferral is endless: a shard run of a weekly run that
+                # has not ended in a week and a day is failed here (clearing the task waits again).
+                timeout=SHARD_WAIT_TIMEOUT,
             )
         return super().execute(context)
 
@@ -107,7 +113,6 @@ class ShardRunOperator(TriggerDagRunOperator):
     def _repair_in_place(self, context: Any, run_id: str) -> None:
         """Clear the failed shard run's failed task instances (and their downstream) and the weekly
         run's report, through the REST API; record the repair in the ledger."""
-        import datetime as dt
 
         from avsim.hooks.airflow_api import AirflowApiError, AirflowApiHook
         from avsim.ledger.store import Ledger
