@@ -65,7 +65,6 @@ class ShardRunOperator(TriggerDagRunOperator):
         # Shard runs get increasing logical dates (the parent's plus the shard index, in microseconds):
         # the scheduler orders equal priority weights by logical date, so earlier shards finish
         # first instead of all active shards draining in lock-step (measured with the planner).
-
         base = getattr(context["dag_run"], "run_after", None) or getattr(
             context["dag_run"], "logical_date", None
         )
