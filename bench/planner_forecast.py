@@ -4,15 +4,18 @@ On a real stack (scheduler, dag-processor, triggerer, api-server, LocalExecutor,
 pools at ``--gpus``/``--cpus``, shard size S and window W set as the stack sets them) two weeks of
 fast fake phases run one after the other:
 
-1. **calibration**: a week of ``--calibrate-cases`` cases (seed ``--calibrate-seed``). From its
-   ledger (attempt ``started_at``/``ended_at``) and Airflow's task instances (``queued_dttm``,
-   ``end_date``, pool) the bench measures the per-phase overhead: for each phase with an upstream
-   phase, ``(attempt start - latest upstream attempt end) + (attempt duration - work)``, i.e. the
-   time between the upstream's end and this phase's end that is not its work. A phase whose pool
-   had no free slot when its upstream ended waited for capacity, which the planner simulates
-   itself: its gap is left out (its own part is kept). The shard start (from the moment a shard
-   run may start, the weekly run's start for the first W, to its first phase being queued) is
-   measured too.
+1. **calibration**: a week of ``--calibrate-cases`` cases (seed ``--calibrate-seed``). From
+   Airflow's task instances (``queued_dttm``, ``end_date``, pool) and the ledger (attempt
+   ``started_at``/``ended_at``, the fake phases' work) the bench measures the per-phase overhead,
+   the time between an upstream phase's end and this phase's end that is not its work, in two parts:
+   the *latency* (upstream task instance's end -> this one queued; only phases that did not wait for
+   their pool: it was not full when the upstream ended and no other task of it was queued first,
+   since the planner simulates that wait itself) and the part *in the slot* (queued -> ended, minus
+   the work: the task process, parsing, the ledger, the fake phase's process, the commit), which
+   holds the phase's pool slots. Also the shard start (from the moment a shard run may start, the
+   weekly run's start for the first W and the end of the shard run whose window slot it takes for
+   the others, to its first phase queued) and the run-level phases' start (the last shard's last
+   phase -> ``weekly_summary`` queued).
 2. **validation**: a different week (``--cases`` cases, seed ``--seed``: another size and mix),
    forecast by :func:`avsim.planner.simulate` with the calibrated overhead and shard start, then
    run. The ratio compares the forecast with the real span the planner's makespan stands for: from
@@ -34,6 +37,7 @@ import argparse
 import datetime as dt
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -82,6 +86,7 @@ def run_week(stack: Any, doc: dict[str, Any], run_id: str, timeout: float) -> di
 
     path = stack.home / f"{run_id}.json"
     path.write_text(json.dumps(doc))
+    load_before = os.getloadavg()[0]
     stack.airflow(
         "dags", "trigger", PARENT, "--run-id", run_id, "--conf", json.dumps({"manifest": str(path)})
     )
@@ -132,6 +137,7 @@ def run_week(stack: Any, doc: dict[str, Any], run_id: str, timeout: float) -> di
     return {
         "run_id": run_id,
         "state": state,
+        "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "start": _ts(parent.start_date),
         "end": _ts(parent.end_date),
         "pools": pools,
@@ -414,6 +420,9 @@ def main() -> None:
         f"attempt end -> task end {cal.after_attempt_seconds:.2f}); shard start {cal.shard_start_seconds:.1f} s "
         f"{list(cal.shard_starts)}; run-level phases' start {cal.run_phases_start_seconds:.1f} s"
     )
+    for name in ("calibration", "validation"):
+        before, after = weeks[name].get("load", ["?", "?"])
+        print(f"{name} week: load average (1 min) {before} when triggered, {after} when done (2 cores)")
     print(
         "| week | cases | forecast without overhead | forecast with overhead | real (to last run-level phase) "
         "| forecast / real | real whole run (to report) |"
@@ -429,6 +438,14 @@ def main() -> None:
             f"{fc / span:.3f} | {whole:.1f} s |"
         )
         ratio = fc / span
+    # The other way round, for the spread: calibrated on the validation week, the calibration week.
+    back = calibrate(weeks["validation"], docs["validation"], args.time_scale, args.max_active_shards)
+    span = real_spans(weeks["calibration"])[0]
+    print(
+        f"reverse: calibrated on the validation week (overhead {back.phase_overhead_seconds:.2f} s, in slot "
+        f"{back.in_slot_seconds:.2f} s, shard start {back.shard_start_seconds:.1f} s), the calibration week "
+        f"forecast / real = {forecast(docs['calibration'], args, back) / span:.3f}"
+    )
     base, loaded = production(args.production_cases, cal.phase_overhead_seconds, cal.in_slot_seconds)
     print(
         f"production ({args.production_cases:,} cases, 280 GPUs, 200 CPUs, S = 250, W = 6): "
