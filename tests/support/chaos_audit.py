@@ -53,6 +53,7 @@ from avsim.phases.contract import NODE_ON_DEMAND, Outcome
 from avsim.plan.model import ON_DEMAND_SUFFIX
 from avsim.plan.shards import CANARY_SHARD, ShardPlan
 from avsim.stack import LocalStack
+from avsim.verdict import shard_verdict
 
 TERMINAL_TI_STATES = frozenset({"success", "failed", "skipped", "upstream_failed"})
 CHECKS = (
@@ -210,9 +211,13 @@ class WeekAuditor:
             "SELECT state FROM dag_run WHERE dag_id = 'avsim_weekly' AND run_id = :r",
             r=self.run_id,
         )
+        # A run's state is its verdict (avsim.verdict): a shard run fails exactly when a case of it
+        # needs attention, the week when any shard did; the cases' classes are checked on their own.
+        verdicts = {int(s["shard"]): shard_verdict(s) for s in Ledger(self.layout).shard_summaries()}
+        want_week = "failed" if any(v.needs_attention for v in verdicts.values()) else "success"
         self.terminal.checked += 1
-        if [r[0] for r in week] != ["success"]:
-            self.terminal.fail(f"weekly run {self.run_id} ended {week}")
+        if [r[0] for r in week] != [want_week]:
+            self.terminal.fail(f"weekly run {self.run_id} ended {week}, expected {want_week}")
         rows = query(
             self.stack,
             "SELECT run_id, state FROM dag_run WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p",
@@ -220,8 +225,11 @@ class WeekAuditor:
         )
         for rid, state in rows:
             self.terminal.checked += 1
-            if state != "success":
-                self.terminal.fail(f"shard run {rid} ended {state}")
+            tail = rid.rsplit("__", 1)[-1]
+            verdict = verdicts.get(0 if tail == "canary" else int(tail.removeprefix("shard_")))
+            want = "failed" if verdict is not None and verdict.needs_attention else "success"
+            if state != want:
+                self.terminal.fail(f"shard run {rid} ended {state}, expected {want}")
         canary = (
             [canary_run_id(self.run_id)] if self.doc["run"].get("canary", {}).get("enabled", True) else []
         )
