@@ -217,6 +217,9 @@ def test_bad_manifest_fails_fast_and_starts_no_shard(stack: LocalStack) -> None:
     assert "cases[1].graph: unknown graph 'perception_v2'" in log.read_text()
 
 
+# The per-shard path (about 2 minutes): the long tier; CI repairs weeks through the weekly run
+# (tests/integration/test_week_repair.py).
+@pytest.mark.long
 def test_clearing_a_failed_phase_in_a_shard_run_reruns_it(stack: LocalStack) -> None:
     """The per-shard path: an engineer clears "Only failed" + "Downstream" in one shard run; its
     summary (its failed leaf) reruns too and refreshes the weekly report."""
