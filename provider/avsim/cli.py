@@ -216,7 +216,7 @@ def report(
     dag_id: str = typer.Option("avsim_weekly", help="The weekly DAG, to turn a run id into its run key."),
 ) -> None:
     """Regenerate a run's weekly report from its ledger."""
-    from avsim.dagbuild.tasks import write_week_report
+    from avsim.dagbuild.week_end import write_week_report
     from avsim.storage import exists, path, read_json
 
     layout = _run_layout(run, artifact_root, dag_id)

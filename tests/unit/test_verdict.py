@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from avsim.artifacts import RunLayout
-from avsim.dagbuild import tasks
+from avsim.dagbuild import tasks, week_end
 from avsim.dagbuild.factory import load_plan
 from avsim.ledger.breaker import Breaker
 from avsim.manifest.sample import sample_manifest
@@ -169,7 +169,7 @@ def test_a_week_stopped_by_the_canary_gate_is_summarised_and_fails_naming_the_bu
     assert Breaker(run["artifact_root"], digest).trip("canary gate: 4 of 4 canary cases crashed") is True
     assert Breaker(run["artifact_root"], digest).trip("again") is False  # already open
 
-    closed = tasks.close_week(run)
+    closed = week_end.close_week(run)
     assert closed["never_started"] == run["shard_count"] == 3
     never = read_json(layout.shard_summary(1))
     assert never["started"] is False and "canary gate: 4 of 4" in never["stopped_because"]
@@ -178,10 +178,10 @@ def test_a_week_stopped_by_the_canary_gate_is_summarised_and_fails_naming_the_bu
     assert all(Path(layout.shard_summary(k).removeprefix("file://")).exists() for k in range(4))
 
     with pytest.raises(WeekNeedsAttention, match=rf"build {run['build_id']}\): the week was stopped: 21 cases"):
-        tasks.finish_week(run, [rp.name for rp in plan.run_phases])
+        week_end.finish_week(run, [rp.name for rp in plan.run_phases])
     report = read_json(f"{layout.report_dir}/report.json")
     assert report["verdict"]["state"] == "stopped"
     assert report["verdict"]["not_started"] == 21 and report["totals"][NOT_STARTED] == 21
     assert report["totals"]["bad_build"] == 4
     # A second close changes nothing: shards with a summary keep it.
-    assert tasks.close_week(run)["never_started"] == 0
+    assert week_end.close_week(run)["never_started"] == 0

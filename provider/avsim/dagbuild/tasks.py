@@ -17,11 +17,12 @@ from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import ShardPlan, assign_families, cut_shards
 from avsim.settings import AvsimSettings
 from avsim.storage import exists, read_json, write_json
-from avsim.verdict import CASE_OUTCOMES, shard_verdict, week_verdict
+from avsim.verdict import CASE_OUTCOMES, shard_verdict
 
 log = logging.getLogger(__name__)
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
 
 def run_key_for(dag_id: str, run_id: str) -> str:
     return safe_key(f"{dag_id}__{run_id}")
@@ -303,6 +304,8 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
         # The week already has its report, so this is a rerun (an engineer cleared failed phases of
         # this shard): bring the weekly report up to date with it.
         log.info("the week's report exists: refreshing it with shard %d's rerun", shard.index)
+        from avsim.dagbuild.week_end import write_week_report
+
         head = read_json(layout.head_uri)
         write_week_report(run, list(head.get("run_phases", {})))
     if verdict.needs_attention:
@@ -313,93 +316,3 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
         raise ShardNeedsAttention(verdict.line())
     log.info("%s", verdict.line())
     return dict(summary["counts"])
-
-
-def write_week_report(run: dict[str, Any], run_phases: list[str]) -> dict[str, str]:
-    """The weekly report from the shard summaries and the run-level phases' outcomes."""
-    from avsim.ledger.store import Ledger
-    from avsim.report.build import build_report, write_report
-
-    layout = RunLayout(run["artifact_root"], run["run_key"])
-    ledger = Ledger(layout)
-    head = read_json(layout.head_uri)
-    summaries = ledger.shard_summaries()
-    run_phase_outcomes = {}
-    for name in run_phases:
-        rec = ledger.outcome("_run", name)
-        run_phase_outcomes[name] = rec.outcome.value if rec else "not_run"
-    report = build_report(
-        head,
-        summaries,
-        run_phase_outcomes,
-        run_id=str(run.get("run_id", run["run_key"])),
-        generated_at=dt.datetime.now(dt.UTC),
-        manifest_sha256=run.get("manifest_sha256"),
-    )
-    verdict = week_verdict(
-        summaries,
-        not_started=int(report["totals"].get("missing") or 0),
-        stopped_because=_why_not_started(run),
-    )
-    report["verdict"] = verdict.to_json()
-    report["repairs"] = ledger.repairs()
-    uris = write_report(layout, report)
-    log.info("weekly report: %s", uris)
-    return uris
-
-
-def _why_not_started(run: dict[str, Any]) -> str:
-    """Why a week left cases unstarted: its build's breaker (which a failed canary gate opens), or not known."""
-    from avsim.ledger.breaker import Breaker
-
-    image = str(run.get("image", ""))
-    state = Breaker(str(run["artifact_root"]), image.rsplit("@", 1)[-1]).state()
-    if state.is_open:
-        return f"the circuit breaker of build {run.get('build_id')} is open: {state.reason}"
-    return "their shard runs were not started (the canary gate failed or the run was stopped)"
-
-
-def close_week(run: dict[str, Any]) -> dict[str, Any]:
-    """After the week's shard runs ended: give every shard run that never started a summary saying so.
-
-    A week stopped by the canary gate or an open breaker leaves shards without a summary; the
-    run-level phases take every shard's summary as input and the report counts every case, so both
-    then tell what ran, what never started, and why. Returns the counts.
-    """
-    from avsim.ledger.store import Ledger, unstarted_shard_summary
-    from avsim.plan.shards import CANARY_SHARD
-
-    layout = RunLayout(run["artifact_root"], run["run_key"])
-    ledger = Ledger(layout)
-    indices = ([CANARY_SHARD] if int(run.get("canary_count") or 0) else []) + list(
-        range(1, int(run.get("shard_count") or 0) + 1)
-    )
-    why = ""
-    closed = []
-    for index in indices:
-        if exists(layout.shard_summary(index)):
-            continue
-        why = why or _why_not_started(run)
-        shard = ShardPlan.from_json(read_json(layout.shard_cases(index)))
-        cases = [{**c, "graph": fam} for fam, entries in shard.by_family.items() for c in entries]
-        ledger.write_shard_summary(index, unstarted_shard_summary(index, cases, why))
-        closed.append(index)
-    if closed:
-        log.warning("%d shard runs never started (%s): %s", len(closed), why, closed)
-    return {"shards": len(indices), "never_started": len(closed), "why": why}
-
-
-def finish_week(run: dict[str, Any], run_phases: list[str]) -> dict[str, str]:
-    """The weekly run's last task: write the report, then fail the run when the week needs attention.
-
-    The report is written either way; the failure names the counts and the shards, or the build that
-    stopped the week, so the weekly run's state tells the truth (:mod:`avsim.verdict`).
-    """
-    uris = write_week_report(run, run_phases)
-    verdict = read_json(uris["json"]).get("verdict") or {}
-    if verdict.get("state", "passed") != "passed":
-        from avsim.operators.exceptions import WeekNeedsAttention
-
-        raise WeekNeedsAttention(f"week {run.get('iso_week')} (build {run.get('build_id')}): {verdict['line']}")
-    log.info("week %s: %s", run.get("iso_week"), verdict.get("line", ""))
-    return uris

@@ -17,7 +17,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, TaskGroup, XComArg, get_current_context, task
 
 from avsim.artifacts import RUN_LEVEL_CASE
-from avsim.dagbuild import tasks
+from avsim.dagbuild import tasks, week_end
 from avsim.dagbuild.shard_dag import START_DATE, phase_operator_class, retry_kwargs
 from avsim.deadline.alert import deadline_alert
 from avsim.deadline.sensor import deadline_tracker
@@ -172,6 +172,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                 trigger_rule="all_done_min_one_success",
                 **retry_kwargs(rp.retries, rp.retry_delay_seconds, 2.0, 3600),
             )
+
         # After every shard whatever their outcome, as long as the week was prepared (a rejected
         # manifest leaves nothing to close: then it ends upstream_failed, like the report).
         @task(
@@ -182,7 +183,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         )
         def close_week(run: dict[str, Any]) -> dict[str, Any]:
             """Accounts for every shard: one that never started gets a summary saying so, and why."""
-            return tasks.close_week(run)
+            return week_end.close_week(run)
 
         closed = close_week(run_xcom)
         [shard_runs, canary] >> closed
@@ -200,7 +201,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             priority_weight=plan.base_priority,
         )
         def report(run: dict[str, Any]) -> dict[str, str]:
-            return tasks.finish_week(run, [rp.name for rp in plan.run_phases])
+            return week_end.finish_week(run, [rp.name for rp in plan.run_phases])
 
         report_task = report(run_xcom)
         [shard_runs, canary, tracker, closed] >> report_task

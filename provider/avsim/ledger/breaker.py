@@ -31,6 +31,11 @@ CLOSED = "closed"
 OPEN = "open"
 
 
+def image_digest(image: str) -> str:
+    """The digest a breaker is keyed by: the part of a pinned image reference after ``@``."""
+    return image.rsplit("@", 1)[-1]
+
+
 @dataclass(frozen=True)
 class BreakerConfig:
     enabled: bool = True

@@ -78,12 +78,11 @@ class PhaseLifecycle:
 
     @cached_property
     def breaker(self) -> Any:
-        from avsim.ledger.breaker import Breaker, BreakerConfig
+        from avsim.ledger.breaker import Breaker, BreakerConfig, image_digest
 
-        image = str(self.run.get("image", ""))
         return Breaker(
             self.layout.root,
-            image.rsplit("@", 1)[-1],
+            image_digest(str(self.run.get("image", ""))),
             build_id=str(self.run.get("build_id", "")),
             config=BreakerConfig.from_head(self.head),
             documents=self.ledger.documents,

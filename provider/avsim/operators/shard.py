@@ -96,23 +96,22 @@ class ShardRunOperator(TriggerDagRunOperator):
 
     def _refuse_if_breaker_open(self) -> None:
         """Start no shard run of a build whose circuit breaker is open: its phases would fail anyway."""
-        from avsim.ledger.breaker import Breaker
+        from avsim.ledger.breaker import Breaker, image_digest
 
-        image = str(self.run.get("image", ""))
-        state = Breaker(str(self.run["artifact_root"]), image.rsplit("@", 1)[-1]).state()
+        digest = image_digest(str(self.run.get("image", "")))
+        state = Breaker(str(self.run["artifact_root"]), digest).state()
         if state.is_open:
             from avsim.operators.exceptions import BreakerOpen
 
             raise BreakerOpen(
                 f"shard {self.shard} not started: the circuit breaker of build {self.run.get('build_id')} is open "
-                f"({state.reason}). Reset it with `avsim breaker reset {image.rsplit('@', 1)[-1]}` and clear this task, "
+                f"({state.reason}). Reset it with `avsim breaker reset {digest}` and clear this task, "
                 "or start a run with a fixed build"
             )
 
     def _repair_in_place(self, context: Any, run_id: str) -> None:
         """Clear the failed shard run's failed task instances (and their downstream) and the weekly
         run's report, through the REST API; record the repair in the ledger."""
-
         from avsim.hooks.airflow_api import AirflowApiError, AirflowApiHook
         from avsim.ledger.store import Ledger
         from avsim.operators.exceptions import RepairFailed
@@ -154,33 +153,24 @@ class ShardRunOperator(TriggerDagRunOperator):
             },
         )
 
-    def _clear_the_report(self, hook: Any, dag_id: str, run_id: str, tries: int = 5) -> None:
+    def _clear_the_report(self, hook: Any, dag_id: str, run_id: str) -> None:
         """Have the weekly report written again after every shard: a clear of selected map indexes
-        leaves it alone. Nothing to do when it is waiting already (a clear of the whole run took it);
-        several shards repairing at once may collide in the database, so a failed clear is tried again."""
-        import time
-
-        from avsim.hooks.airflow_api import AirflowApiError
-
-        for attempt in range(1, tries + 1):
-            state = hook.task_instance_state(dag_id, run_id, "report")
-            if state not in ("success", "failed", "upstream_failed", "skipped"):
-                return
-            try:
-                hook.clear_task_instances(
-                    dag_id,
-                    run_id,
-                    only_failed=False,
-                    include_downstream=False,
-                    task_ids=["report"],
-                    reset_dag_runs=False,
-                )
-                return
-            except AirflowApiError as exc:
-                if attempt == tries:
-                    raise
-                self.log.warning("clearing the weekly report failed (%s); trying again", exc)
-                time.sleep(attempt)
+        leaves it alone. Nothing to do when it is waiting already (a clear of the whole run took it).
+        Shards repairing at once may collide in the database: the hook tries a 5xx answer again."""
+        if hook.task_instance_state(dag_id, run_id, "report") in (
+            "success",
+            "failed",
+            "upstream_failed",
+            "skipped",
+        ):
+            hook.clear_task_instances(
+                dag_id,
+                run_id,
+                only_failed=False,
+                include_downstream=False,
+                task_ids=["report"],
+                reset_dag_runs=False,
+            )
 
     def execute_complete(self, context: Any, event: tuple[str, dict[str, Any]]) -> dict[str, Any]:
         from avsim.storage import exists, read_json

@@ -4,8 +4,9 @@ It runs in the weekly run beside the canary shard run and waits, deferred, on
 :class:`avsim.triggers.canary.CanaryGateTrigger`. It succeeds when the canary finished with its
 crash and bad-build rate at most the manifest's ``run.canary.max_failure_rate``; the week's shard
 runs start after it. It fails (no retry) as soon as the rate passes the threshold, with a message
-that names the build and the failure counts, and opens the build's circuit breaker, so the canary's
-own retries fail fast as ``bad_build`` and the rest of the week never starts. A week without a
+that names the build and the failure counts; its trigger has already opened the build's circuit
+breaker when it decided, so the canary's own retries fail fast as ``bad_build`` and the rest of the
+week never starts. A week without a
 canary stage (too small) passes at once.
 """
 
@@ -70,23 +71,5 @@ class CanaryGateSensor(BaseSensorOperator):
         metrics.canary_decision(str(self.run.get("build_id", "")), passed)
         self.log.info("%s", event.get("message"))
         if not passed:
-            self._stop_the_build(str(event.get("message")))
             raise CanaryGateFailed(str(event.get("message")))
         return event
-
-    def _stop_the_build(self, message: str) -> None:
-        """Open the build's breaker: canary attempts not yet started (retries included) fail fast as
-        ``bad_build`` instead of spending GPU time on a build the gate has judged."""
-        from avsim.ledger.breaker import Breaker
-
-        image = str(self.run.get("image", ""))
-        digest = image.rsplit("@", 1)[-1]
-        if Breaker(str(self.run["artifact_root"]), digest, str(self.run.get("build_id", ""))).trip(
-            f"canary gate: {message}"
-        ):
-            self.log.error(
-                "opened the circuit breaker of build %s: its attempts not yet started fail fast as bad_build "
-                "(`avsim breaker reset %s` closes it)",
-                self.run.get("build_id"),
-                digest,
-            )

@@ -107,9 +107,9 @@ class CanaryGateTrigger(BaseTrigger):
         if decision.state == "failed" and self.image:
             # Stop the build at the moment of the decision, not when a worker next runs the sensor:
             # canary attempts not yet started (retries included) then fail fast as bad_build.
-            from avsim.ledger.breaker import Breaker
+            from avsim.ledger.breaker import Breaker, image_digest
 
-            Breaker(self.artifact_root, self.image.rsplit("@", 1)[-1], self.build).trip(
+            Breaker(self.artifact_root, image_digest(self.image), self.build).trip(
                 f"canary gate: {decision.to_json().get('message', 'failed')}"
             )
         layout = RunLayout(self.artifact_root, self.run_key)
