@@ -533,14 +533,18 @@ class Kubelet:
             if current is not None and current["metadata"]["uid"] == rt.uid:
                 self.store.remove(PODS, rt.namespace, rt.name)
 
-    def _discard(self, rt: PodRuntime) -> None:
-        """Kill and forget without reporting (the API object is gone already or about to be)."""
+    def _kill_and_close(self, rt: PodRuntime) -> None:
+        """Kill the pod's processes and close what the kubelet held for it (output, log)."""
         self._kill_group(rt, signal.SIGKILL)
         if rt.proc is not None:
             rt.proc.wait()
         self._drain_output(rt, budget=0.2)
         self._close_fds(rt)
         rt.log.finish()
+
+    def _discard(self, rt: PodRuntime) -> None:
+        """Kill and forget without reporting (the API object is gone already or about to be)."""
+        self._kill_and_close(rt)
         rt.state = "removed"
         self._remove(rt)
 
@@ -674,12 +678,7 @@ class Kubelet:
     def _lose_kubelet(self, rt: PodRuntime, rule: FaultRule) -> None:
         """The node's kubelet is gone for good: its processes die and nobody writes the pod's status
         again; the control plane marks the pod, then deletes it gracefully, which never completes."""
-        self._kill_group(rt, signal.SIGKILL)
-        if rt.proc is not None:
-            rt.proc.wait()
-        self._drain_output(rt, budget=0.2)
-        self._close_fds(rt)
-        rt.log.finish()
+        self._kill_and_close(rt)
         rt.state = "lost"
         p = rule.params
         reason = p.get("condition_reason", "DeletionByTaintManager")
