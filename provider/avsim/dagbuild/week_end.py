@@ -14,12 +14,17 @@ from typing import Any
 from avsim.artifacts import RunLayout
 from avsim.plan.shards import ShardPlan
 from avsim.storage import exists, read_json
-from avsim.verdict import week_verdict
+from avsim.verdict import WeekVerdict, week_verdict
 
 log = logging.getLogger(__name__)
 
 
 def write_week_report(run: dict[str, Any], run_phases: list[str]) -> dict[str, str]:
+    """The weekly report from the shard summaries and the run-level phases' outcomes; its URIs."""
+    return _write_report(run, run_phases)[0]
+
+
+def _write_report(run: dict[str, Any], run_phases: list[str]) -> tuple[dict[str, str], WeekVerdict]:
     """The weekly report from the shard summaries and the run-level phases' outcomes."""
     from avsim.ledger.store import Ledger
     from avsim.report.build import build_report, write_report
@@ -49,7 +54,7 @@ def write_week_report(run: dict[str, Any], run_phases: list[str]) -> dict[str, s
     report["repairs"] = ledger.repairs()
     uris = write_report(layout, report)
     log.info("weekly report: %s", uris)
-    return uris
+    return uris, verdict
 
 
 def _why_not_started(run: dict[str, Any]) -> str:
@@ -98,13 +103,12 @@ def finish_week(run: dict[str, Any], run_phases: list[str]) -> dict[str, str]:
     The report is written either way; the failure names the counts and the shards, or the build that
     stopped the week, so the weekly run's state tells the truth (:mod:`avsim.verdict`).
     """
-    uris = write_week_report(run, run_phases)
-    verdict = read_json(uris["json"]).get("verdict") or {}
-    if verdict.get("state", "passed") != "passed":
+    uris, verdict = _write_report(run, run_phases)
+    if verdict.needs_attention:
         from avsim.operators.exceptions import WeekNeedsAttention
 
         raise WeekNeedsAttention(
-            f"week {run.get('iso_week')} (build {run.get('build_id')}): {verdict['line']}"
+            f"week {run.get('iso_week')} (build {run.get('build_id')}): {verdict.line()}"
         )
-    log.info("week %s: %s", run.get("iso_week"), verdict.get("line", ""))
+    log.info("week %s: %s", run.get("iso_week"), verdict.line())
     return uris
