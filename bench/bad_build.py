@@ -134,8 +134,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800)
     args = ap.parse_args()
 
-    from avsim.demo import checkout_folder, demo_pools, wait_for_dag
-    from avsim.stack import LocalStack
+    from avsim.devstack.demo import checkout_folder, demo_pools, wait_for_dag
+    from avsim.devstack.stack import LocalStack
 
     results = {}
     with tempfile.TemporaryDirectory(prefix="avsim-bench-badbuild-") as tmp:

@@ -323,8 +323,8 @@ def production(cases: int, overhead: float, in_slot: float) -> tuple[float, floa
 
 
 def measure(args: argparse.Namespace, docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    from avsim.demo import checkout_folder, demo_pools, wait_for_dag
-    from avsim.stack import LocalStack
+    from avsim.devstack.demo import checkout_folder, demo_pools, wait_for_dag
+    from avsim.devstack.stack import LocalStack
 
     weeks = {}
     with tempfile.TemporaryDirectory(prefix="avsim-bench-forecast-") as tmp:

@@ -107,9 +107,9 @@ def run_week(cases: int, args: argparse.Namespace, base: Path) -> WeekResult:
     import sqlalchemy
     from sqlalchemy import text
 
-    from avsim.demo import demo_pools, wait_for_dag
+    from avsim.devstack.demo import demo_pools, wait_for_dag
+    from avsim.devstack.stack import LocalStack
     from avsim.manifest.sample import sample_manifest
-    from avsim.stack import LocalStack
 
     sink = StatsdSink()
     with database(base, args.sqlite) as url:

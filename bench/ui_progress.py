@@ -492,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     import sqlalchemy
     from tests.support.postgres import postgres_cluster
 
-    from avsim.stack import LocalStack
+    from avsim.devstack.stack import LocalStack
 
     base = Path(tempfile.mkdtemp(prefix="avsim-bench-ui-"))
     results: dict[int, dict[str, float]] = {}

@@ -106,8 +106,15 @@ def manifest_reference(
         False, "--check", help="Do not write: exit 1 if the file given with -o differs from the models."
     ),
 ) -> None:
-    """Render the manifest reference (docs/manifest.md) from the manifest's models."""
-    from avsim.manifest.reference import REGENERATE, render_reference
+    """Render the manifest reference (docs/manifest.md) from the manifest's models (from a checkout)."""
+    try:
+        # A development tool: in a source checkout, not in the wheel (provider/avsim_docgen).
+        from avsim_docgen.manifest_reference import REGENERATE, render_reference
+    except ModuleNotFoundError as exc:
+        if exc.name != "avsim_docgen":
+            raise
+        _fail(AvsimError("the reference generator is not installed with the package; run this from a checkout"))
+        return
 
     text = render_reference()
     if out is None:
@@ -173,7 +180,7 @@ def demo(
     exit_when_done: bool = typer.Option(False, help="Stop Airflow once the report is written."),
 ) -> None:
     """Run a whole weekly run on this machine with the real Airflow components."""
-    from avsim.demo import run_demo
+    from avsim.devstack.demo import run_demo
 
     try:
         code = run_demo(

@@ -34,9 +34,9 @@ from tests.support.airflow_run import query, trigger, wait_for_run
 from tests.support.postgres import _bin, postgres_cluster
 from tests.support.stacks import fast_retry_catalog
 
-from avsim.demo import demo_pools, wait_for_dag
+from avsim.devstack.demo import demo_pools, wait_for_dag
+from avsim.devstack.stack import LocalStack
 from avsim.manifest.sample import sample_manifest
-from avsim.stack import LocalStack
 
 pytestmark = pytest.mark.integration
 

@@ -33,7 +33,7 @@ from tests.support.verdicts import check_states_match_the_ledger
 
 from avsim.artifacts import RunLayout
 from avsim.dagbuild.tasks import run_key_for
-from avsim.stack import LocalStack
+from avsim.devstack.stack import LocalStack
 
 pytestmark = pytest.mark.integration
 

@@ -41,11 +41,11 @@ from tests.support.stacks import kubernetes_stack, weekly_stack
 
 from avsim.artifacts import RunLayout
 from avsim.dagbuild.tasks import run_key_for
+from avsim.devstack.stack import LocalStack
 from avsim.kube import pods
 from avsim.ledger.records import AttemptRecord
 from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
-from avsim.stack import LocalStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 

@@ -31,9 +31,9 @@ from tests.support.stacks import fast_retry_catalog
 
 from avsim.artifacts import RunLayout
 from avsim.dagbuild.tasks import run_key_for
-from avsim.demo import wait_for_dag
+from avsim.devstack.demo import wait_for_dag
+from avsim.devstack.stack import LocalStack, free_port
 from avsim.manifest.sample import sample_manifest
-from avsim.stack import LocalStack, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ import pytest
 from tests.support.airflow_run import query
 
 from avsim.deadline.actions import ScalingPolicy, act, raise_gpu_pool
+from avsim.devstack.stack import LocalStack
 from avsim.hooks.airflow_api import AirflowApiError, AirflowApiHook
-from avsim.stack import LocalStack
 
 pytestmark = pytest.mark.integration
 

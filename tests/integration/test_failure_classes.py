@@ -21,11 +21,11 @@ from tests.support.verdicts import check_states_match_the_ledger
 
 from avsim.artifacts import RunLayout, breaker_uri
 from avsim.dagbuild.tasks import run_key_for
+from avsim.devstack.stack import LocalStack
 from avsim.ledger.records import OutcomeRecord
 from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
 from avsim.phases.contract import Outcome
-from avsim.stack import LocalStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 

@@ -19,9 +19,9 @@ from tests.support.verdicts import check_states_match_the_ledger
 
 from avsim.artifacts import RunLayout
 from avsim.dagbuild.tasks import run_key_for
+from avsim.devstack.stack import LocalStack
 from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
-from avsim.stack import LocalStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 

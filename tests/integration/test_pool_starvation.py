@@ -44,8 +44,8 @@ import yaml
 from tests.support.airflow_run import api, query
 from tests.support.postgres import postgres_cluster
 
-from avsim.demo import wait_for_dag
-from avsim.stack import LocalStack
+from avsim.devstack.demo import wait_for_dag
+from avsim.devstack.stack import LocalStack
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from avsim.demo import stops_like_ctrl_c
+from avsim.devstack.demo import stops_like_ctrl_c
 
 pytestmark = pytest.mark.integration
 
@@ -225,7 +225,7 @@ def test_sighup_and_sigterm_stop_the_demo_as_ctrl_c_does() -> None:
 PARENT_DIES = textwrap.dedent(
     """
     import time
-    from avsim.demo import stops_like_ctrl_c
+    from avsim.devstack.demo import stops_like_ctrl_c
     try:
         with stops_like_ctrl_c():
             print("ready", flush=True)
@@ -322,7 +322,7 @@ TEST_PROCESS = textwrap.dedent(
     from pathlib import Path
     import tests.support.postgres as pg
     from tests.support.postgres import postgres_cluster
-    from avsim.stack import LocalStack
+    from avsim.devstack.stack import LocalStack
 
     with postgres_cluster() as url:
         stack = LocalStack(home=Path({home!r}), dags_folder=Path({root!r}) / "dags", sql_alchemy_conn=url)

@@ -28,9 +28,9 @@ from tests.support.stacks import read_json, weekly_stack
 
 from avsim.artifacts import RunLayout
 from avsim.dagbuild.tasks import run_key_for
+from avsim.devstack.stack import LocalStack
 from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
-from avsim.stack import LocalStack
 
 pytestmark = pytest.mark.integration
 

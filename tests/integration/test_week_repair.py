@@ -30,8 +30,8 @@ from tests.support.stacks import read_json, weekly_stack
 
 from avsim.artifacts import RunLayout
 from avsim.dagbuild.tasks import run_key_for
+from avsim.devstack.stack import LocalStack, free_port
 from avsim.manifest.sample import sample_manifest
-from avsim.stack import LocalStack, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ from tests.support.stacks import weekly_stack
 from avsim.artifacts import RunLayout
 from avsim.dagbuild.factory import load_plan
 from avsim.dagbuild.tasks import run_key_for
+from avsim.devstack.stack import LocalStack
 from avsim.manifest.sample import sample_manifest
 from avsim.settings import AvsimSettings
-from avsim.stack import LocalStack
 
 pytestmark = pytest.mark.integration
 

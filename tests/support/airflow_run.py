@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy
 from sqlalchemy import text
 
-from avsim.stack import LocalStack
+from avsim.devstack.stack import LocalStack
 
 
 def trigger(stack: LocalStack, dag_id: str, run_id: str, conf: dict[str, Any]) -> None:

@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from avsim.artifacts import RunLayout
+from avsim.devstack import fakesim
+from avsim.devstack.fakesim_artifacts import DRIVING_KINDS
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
 from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
 from avsim.operators.retry import ROLE_ON_DEMAND, ROLE_REGULAR, ROLE_SPOT, preemption_budget, task_retries
-from avsim.phases import fakesim
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, Outcome
-from avsim.phases.fakesim_artifacts import DRIVING_KINDS
 from avsim.plan.model import ON_DEMAND_SUFFIX
 
 PASSED = Outcome.PASSED.value
@@ -146,7 +146,7 @@ def fakesim_verdict(
 ) -> tuple[str, str]:
     """What attempt ``attempt`` of the fake simulator does, as the local backend records it: (outcome, detail).
 
-    The same draws, in the same order, as ``avsim.phases.fakesim.run``: bad input, the scenario's
+    The same draws, in the same order, as ``avsim.devstack.fakesim.run``: bad input, the scenario's
     verdict (seeded without the attempt: a retry gets the same verdict), then the fault (seeded
     with the attempt), forced faults first.
     """

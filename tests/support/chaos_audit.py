@@ -45,6 +45,7 @@ from tests.support.chaos import (
 
 from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
 from avsim.dagbuild.tasks import canary_run_id, shard_run_id
+from avsim.devstack.stack import LocalStack
 from avsim.ledger.breaker import Breaker
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
 from avsim.ledger.store import Ledger, case_outcome
@@ -52,7 +53,6 @@ from avsim.operators.retry import ROLE_ON_DEMAND, ROLE_REGULAR, ROLE_SPOT, preem
 from avsim.phases.contract import NODE_ON_DEMAND, Outcome
 from avsim.plan.model import ON_DEMAND_SUFFIX
 from avsim.plan.shards import CANARY_SHARD, ShardPlan
-from avsim.stack import LocalStack
 from avsim.verdict import shard_verdict
 
 TERMINAL_TI_STATES = frozenset({"success", "failed", "skipped", "upstream_failed"})

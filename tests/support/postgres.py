@@ -2,7 +2,7 @@
 fresh database per stack copied from a template migrated once.
 
 Finds Debian's server binaries (/usr/lib/postgresql/<v>/bin). As root the server runs as the
-``postgres`` user (PostgreSQL refuses to run as root). A watcher (:mod:`avsim.procwatch`) stops the
+``postgres`` user (PostgreSQL refuses to run as root). A watcher (:mod:`avsim.devstack.procwatch`) stops the
 server and removes its folder if the test process dies without doing it (pytest-timeout, CI).
 """
 
@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from avsim.procwatch import Watcher
-from avsim.stack import free_port
+from avsim.devstack.procwatch import Watcher
+from avsim.devstack.stack import free_port
 
 
 def _bin(name: str) -> str:

@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 from tests.support.postgres import postgres_cluster
 
-from avsim.demo import demo_pools, wait_for_dag
-from avsim.stack import LocalStack
+from avsim.devstack.demo import demo_pools, wait_for_dag
+from avsim.devstack.stack import LocalStack
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ from typing import Any
 from tests.support.airflow_run import query
 
 from avsim.artifacts import RunLayout
+from avsim.devstack.stack import LocalStack
 from avsim.ledger.store import Ledger
-from avsim.stack import LocalStack
 from avsim.verdict import shard_verdict
 
 

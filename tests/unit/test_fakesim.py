@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from avsim.devstack.fakesim import fs_uri
 from avsim.phases import contract
-from avsim.phases.fakesim import fs_uri
 
 
 def env_for(tmp_path: Path, out: str = "out", **overrides: Any) -> dict[str, str]:
@@ -39,7 +39,7 @@ def env_for(tmp_path: Path, out: str = "out", **overrides: Any) -> dict[str, str
 def fakesim(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in env}
     return subprocess.run(
-        [sys.executable, "-m", "avsim.phases.fakesim", *args],
+        [sys.executable, "-m", "avsim.devstack.fakesim", *args],
         env={**base, **env},
         capture_output=True,
         text=True,
@@ -196,7 +196,7 @@ def test_summary_counts_shard_summaries(tmp_path: Path) -> None:
 def test_fs_uri_and_light_imports() -> None:
     assert fs_uri("s3://aws_default@bucket/runs/x") == "s3://bucket/runs/x"
     assert fs_uri("file:///tmp/x") == "file:///tmp/x"
-    code = "import sys, avsim.phases.fakesim as m; assert not {'airflow', 'fsspec'} & set(sys.modules)"
+    code = "import sys, avsim.devstack.fakesim as m; assert not {'airflow', 'fsspec'} & set(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 

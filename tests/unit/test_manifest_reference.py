@@ -21,7 +21,9 @@ from typer.testing import CliRunner
 
 from avsim.cli import app
 from avsim.manifest.models import Manifest
-from avsim.manifest.reference import (
+from avsim.manifest.sample import sample_manifest
+from avsim.manifest.validation import validate_manifest
+from avsim_docgen.manifest_reference import (
     EXAMPLE_CASES,
     EXAMPLE_WEEK,
     REGENERATE,
@@ -29,8 +31,6 @@ from avsim.manifest.reference import (
     render_models,
     render_reference,
 )
-from avsim.manifest.sample import sample_manifest
-from avsim.manifest.validation import validate_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "manifest.md"

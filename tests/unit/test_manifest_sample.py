@@ -64,7 +64,7 @@ def test_phase_commands_drive_the_fake_simulator() -> None:
 
 
 def test_fake_simulator_accepts_the_arguments() -> None:
-    from avsim.phases.fakesim import parser
+    from avsim.devstack.fakesim import parser
 
     doc = sample_manifest(1, iso_week="2026-W49")
     for graph in doc["graphs"].values():

@@ -7,7 +7,7 @@ starts is in a session of its own and is stopped by :meth:`LocalStack.stop`.
 
 A stack claims its home first (:meth:`LocalStack.claim`): a lock on ``stack.lock`` in the home, so
 two stacks never run on one home (and its database), and a watcher process
-(:mod:`avsim.procwatch`) that ends every process of the stack, grandchildren included, when the
+(:mod:`avsim.devstack.procwatch`) that ends every process of the stack, grandchildren included, when the
 stack is stopped or when the process that started it dies without stopping it.
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from avsim.procwatch import Watcher, alive, stat_fields
+from avsim.devstack.procwatch import Watcher, alive, stat_fields
 
 COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
 LOCK_FILE = "stack.lock"

@@ -35,8 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from avsim.devstack.fakesim_artifacts import DRIVING_KINDS, produce
 from avsim.phases import contract
-from avsim.phases.fakesim_artifacts import DRIVING_KINDS, produce
 from avsim.phases.heartbeat import Heartbeat
 
 KINDS = ("prepare", "simulate", "perceive", "evaluate", "render", "report", "summary")

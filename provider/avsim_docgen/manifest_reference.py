@@ -36,7 +36,7 @@ import annotated_types as at
 from pydantic import BaseModel, StringConstraints
 from pydantic.fields import FieldInfo
 
-from avsim.manifest.reference_sources import (
+from avsim_docgen.sources import (
     doc_body,
     doc_comments,
     field_key,

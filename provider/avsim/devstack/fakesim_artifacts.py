@@ -1,7 +1,7 @@
 """What each kind of fake-simulator phase produces: its artifact, its metrics, its verdict.
 
 Deterministic in the case's seed (every draw comes from :meth:`PhaseEnv.rng`). Kept apart
-from :mod:`avsim.phases.fakesim`, which owns the contract, the work loop and the command line.
+from :mod:`avsim.devstack.fakesim`, which owns the contract, the work loop and the command line.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from avsim.phases.fakesim import PhaseEnv
+    from avsim.devstack.fakesim import PhaseEnv
 
 #: Kinds that drive the scenario and so can fail it.
 DRIVING_KINDS = ("simulate", "perceive")

@@ -4,7 +4,7 @@
 and f-string arguments of ``raise``/``ValueError``, also through helper functions of the same module
 it calls), with the values it formats shown as placeholders; :func:`doc_body` and
 :func:`doc_comments` turn docstrings and ``#:`` comments into Markdown (Sphinx roles to code,
-simple reST tables to Markdown tables). :mod:`avsim.manifest.reference` renders the page from them.
+simple reST tables to Markdown tables). :mod:`avsim_docgen.manifest_reference` renders the page from them.
 """
 
 from __future__ import annotations

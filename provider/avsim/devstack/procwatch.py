@@ -1,6 +1,6 @@
 """Nothing a stack starts outlives it: a watcher process per stack, and the ``/proc`` look-ups it uses.
 
-Each component of a :class:`avsim.stack.LocalStack` runs in a session of its own, so a Ctrl-C in the
+Each component of a :class:`avsim.devstack.stack.LocalStack` runs in a session of its own, so a Ctrl-C in the
 terminal reaches only the demo, which then stops them in order. The price is that nothing ends them
 when the process that started them dies any other way (``kill -9``, a test killed by its timeout).
 The watcher closes that gap: a small process in a session of its own, started by the stack's owner,
@@ -271,7 +271,7 @@ class Watcher:
 
     def __init__(self, grace: float = GRACE_SECONDS, pass_fds: Iterable[int] = ()) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "avsim.procwatch", str(grace)],
+            [sys.executable, "-m", "avsim.devstack.procwatch", str(grace)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,

@@ -5,7 +5,7 @@ the scheduler, dag-processor, triggerer and api-server, triggers the weekly run,
 progress bar of cases and phases, and prints where the report is and where the UI is.
 
 Ctrl-C, SIGTERM and SIGHUP all stop the stack in order; if the demo dies without stopping it
-(``kill -9``), the stack's watcher ends it (see :mod:`avsim.stack`). A stack still running on the
+(``kill -9``), the stack's watcher ends it (see :mod:`avsim.devstack.stack`). A stack still running on the
 home from an earlier demo is stopped before this one starts.
 """
 
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from avsim import procwatch
+from avsim.devstack import procwatch
+from avsim.devstack.stack import LocalStack, StackRunning, owner_still_holds
 from avsim.errors import AvsimError
 from avsim.plan.model import ON_DEMAND_SUFFIX
-from avsim.stack import LocalStack, StackRunning, owner_still_holds
 
 PARENT_DAG = "avsim_weekly"
 # Signals that end the demo as Ctrl-C does: a closed terminal, `timeout`, a supervisor, CI.
