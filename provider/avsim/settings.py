@@ -65,6 +65,18 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     "gpu_spot_pool": ("avsim_gpu_spot", "string", "Airflow pool of GPU phases on spot nodes."),
     "gpu_on_demand_pool": ("avsim_gpu_on_demand", "string", "Airflow pool of GPU phases on on-demand nodes."),
     "cpu_pool": ("avsim_cpu", "string", "Airflow pool of CPU phases."),
+    "gpu_queue": (
+        "",
+        "string",
+        "Executor queue of GPU phases (both GPU pools): with the CeleryExecutor, the Celery queue that only "
+        "workers on GPU machines consume (docs/deployment.md, 'Queues and machines'). Empty: [operators] "
+        "default_queue. Executors without queues (Local, Kubernetes) ignore it.",
+    ),
+    "cpu_queue": (
+        "",
+        "string",
+        "Executor queue of CPU phases (the CPU pool); empty: [operators] default_queue.",
+    ),
     "on_demand_fallback": (
         "True",
         "boolean",
@@ -284,6 +296,8 @@ class AvsimSettings:
     gpu_spot_pool: str = "avsim_gpu_spot"
     gpu_on_demand_pool: str = "avsim_gpu_on_demand"
     cpu_pool: str = "avsim_cpu"
+    gpu_queue: str = ""
+    cpu_queue: str = ""
     on_demand_fallback: bool = True
     reuse_outputs: bool = True
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
@@ -366,6 +380,8 @@ def load_settings() -> AvsimSettings:
             gpu_spot_pool=get("gpu_spot_pool"),
             gpu_on_demand_pool=get("gpu_on_demand_pool"),
             cpu_pool=get("cpu_pool"),
+            gpu_queue=get("gpu_queue"),
+            cpu_queue=get("cpu_queue"),
             on_demand_fallback=_boolean(get("on_demand_fallback")),
             reuse_outputs=_boolean(get("reuse_outputs")),
             kubernetes=KubernetesSettings(

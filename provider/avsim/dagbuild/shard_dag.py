@@ -63,6 +63,9 @@ def phase_task_kwargs(phase: PhasePlan, role: str, run_class: str) -> dict[str, 
         "retry_policy": PhaseRetryPolicy(),
         "role": role,
         "gpus": phase.gpus,
+        # GPU and CPU phases on their own executor queues (Celery: machines of their kind); "" keeps the
+        # default queue. Executors without queues ignore it.
+        **({"queue": phase.queue} if phase.queue else {}),
         **retry_kwargs(
             retries, phase.retry_delay_seconds, phase.retry_backoff, phase.max_retry_delay_seconds
         ),

@@ -166,6 +166,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                 gpus=rp.pool_slots if rp.pool != settings.cpu_pool else 0,
                 priority_weight=rp.priority_weight,
                 weight_rule="absolute",
+                **({"queue": rp.queue} if rp.queue else {}),
                 retry_policy=PhaseRetryPolicy(),
                 reuse_outputs=False,
                 # After every shard, whatever their outcome, as long as the week was prepared.

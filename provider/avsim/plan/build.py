@@ -35,6 +35,12 @@ def phase_weight(base: int, remaining_seconds: float) -> int:
     return base + min(MAX_PATH_WEIGHT, WEIGHT_PER_MINUTE * max(1, math.ceil(remaining_seconds / 60.0)))
 
 
+def queue_for(resource_class: ResourceClass, settings: AvsimSettings) -> str:
+    """The executor queue of a phase of this resource class: GPU and CPU phases go to different
+    Celery queues, so each runs on a machine of its kind ("" leaves the executor's default queue)."""
+    return settings.gpu_queue if resource_class is ResourceClass.GPU else settings.cpu_queue
+
+
 def _pool_and_slots(spec: PhaseSpec, settings: AvsimSettings) -> tuple[str, int]:
     if spec.resources.resource_class is ResourceClass.GPU:
         return settings.gpu_spot_pool, spec.resources.gpus
@@ -84,6 +90,7 @@ def family_plan(name: str, phases: dict[str, PhaseSpec], settings: AvsimSettings
                     and spec.retry.preemption > 0
                 ),
                 on_demand_pool=settings.gpu_on_demand_pool,
+                queue=queue_for(spec.resources.resource_class, settings),
             )
         )
     return FamilyPlan(
@@ -122,6 +129,7 @@ def build_plan(
                 retry_delay_seconds=spec.retry.delay_seconds,
                 # After every case: nothing is behind it, so it only needs the base.
                 priority_weight=base + 1,
+                queue=queue_for(spec.resources.resource_class, settings),
             )
         )
     return WeeklyPlan(

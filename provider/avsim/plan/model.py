@@ -52,6 +52,8 @@ class PhasePlan:
     #: ``<name>_on_demand`` in ``on_demand_pool``.
     on_demand_fallback: bool = False
     on_demand_pool: str = ""
+    #: The executor queue of this phase's tasks (``[avsim] gpu_queue`` or ``cpu_queue``); empty: the default.
+    queue: str = ""
 
     @property
     def on_demand_task(self) -> str:
@@ -97,6 +99,7 @@ class RunPhasePlan:
     retries: int
     retry_delay_seconds: float
     priority_weight: int
+    queue: str = ""
 
 
 @dataclass(frozen=True)
