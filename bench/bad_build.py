@@ -54,8 +54,7 @@ def bad_manifest(cases: int, time_scale: float, where: str, seed: int) -> dict[s
 def measure(
     stack: Any, doc: dict[str, Any], run_id: str, time_scale: float, timeout: float
 ) -> dict[str, Any]:
-    from avsim.artifacts import RunLayout
-    from avsim.dagbuild.tasks import run_key_for
+    from avsim.artifacts import RunLayout, run_key_for
     from avsim.ledger.store import Ledger
     from avsim.storage import read_json
 

@@ -49,8 +49,7 @@ def main() -> int:
     from tests.support.chaos_audit import audit_week
     from tests.support.stacks import weekly_stack
 
-    from avsim.artifacts import RunLayout
-    from avsim.dagbuild.tasks import run_key_for
+    from avsim.artifacts import RunLayout, run_key_for
 
     rates = ChaosRates(
         crash=args.crash, preempt=args.preempt, hang=args.hang, scenario_fail=args.scenario_fail

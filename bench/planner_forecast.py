@@ -80,8 +80,7 @@ def run_week(stack: Any, doc: dict[str, Any], run_id: str, timeout: float) -> di
     """Trigger the week, wait for it, and return what the forecast is compared with (epoch seconds)."""
     import sqlalchemy
 
-    from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
-    from avsim.dagbuild.tasks import run_key_for
+    from avsim.artifacts import RUN_LEVEL_CASE, RunLayout, run_key_for
     from avsim.ledger.store import Ledger
 
     path = stack.home / f"{run_id}.json"

@@ -163,7 +163,7 @@ def _tasks_of(
 def week_runs(spec: WeekSpec) -> list[tuple[str, range]]:
     """(shard run id, indexes of its cases) in the order the weekly run creates them: the canary
     shard run first (when the week has one), then the shard runs, numbered from 1."""
-    from avsim.dagbuild.tasks import canary_run_id, shard_run_id
+    from avsim.artifacts import canary_run_id, shard_run_id
 
     canary = min(spec.cases, spec.canary_cases)
     runs = [(canary_run_id(spec.run_id), range(canary))] if canary else []
@@ -184,8 +184,7 @@ def build_week(conn: Any, spec: WeekSpec, ledger_root: str | None = None) -> Tru
     from airflow.models.xcom import XComModel
     from sqlalchemy import insert, select
 
-    from avsim.artifacts import RunLayout
-    from avsim.dagbuild.tasks import run_key_for
+    from avsim.artifacts import RunLayout, run_key_for
 
     truth = Truth()
     shard_dag = f"{spec.dag_id}_shard"

@@ -1,6 +1,16 @@
-"""Where a run's artifacts live in the artifact store.
+"""Run ids and where a run's artifacts live in the artifact store.
 
-Everything a run leaves behind is under one prefix, ``<artifact_root>/runs/<run_key>/``:
+A low module: it imports nothing from avsim and never touches storage, so every layer (the DAG
+builders, the operators, the deadline tracker, the pages, the command line) names runs and finds
+their files the same way.
+
+**Run ids.** A weekly (or ad-hoc) run of DAG ``D`` with run id ``R`` starts its shard runs in DAG
+``D_shard`` (:func:`shard_dag_id`) as ``R__shard_<k>`` (:func:`shard_run_id`, k from 1) and its
+canary as ``R__canary`` (:func:`canary_run_id`); :func:`parent_run` goes back from a shard run to its
+run. The run's artifacts are under its *run key*, ``D__R`` made safe as an object key
+(:func:`run_key_for`), which its shard runs share.
+
+**Layout.** Everything a run leaves behind is under one prefix, ``<artifact_root>/runs/<run_key>/``:
 
 ``manifest/``               the immutable manifest snapshot (``manifest.json``, ``head.json``, ``sha256``)
 ``manifest/shards/<k>.json``  the cases of shard k
@@ -30,10 +40,55 @@ from dataclasses import dataclass
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
+#: The shard runs of DAG ``D`` run in DAG ``D`` + this.
+SHARD_DAG_SUFFIX = "_shard"
+#: Shard run k of run ``R`` is ``R`` + this + k in four digits.
+SHARD_RUN_MARKER = "__shard_"
+#: The canary's shard run of run ``R`` is ``R`` + this (the priority strategy ranks it first).
+CANARY_RUN_SUFFIX = "__canary"
+
 
 def safe_key(value: str) -> str:
     """Make an Airflow run id or other free text safe as one object-key segment."""
     return _SAFE.sub("_", value)[:200]
+
+
+# ------------------------------------------------------------------------------------ run ids
+
+
+def run_key_for(dag_id: str, run_id: str) -> str:
+    """The run key of a weekly or ad-hoc run: its artifacts are under ``runs/<run key>/``."""
+    return safe_key(f"{dag_id}__{run_id}")
+
+
+def shard_dag_id(dag_id: str) -> str:
+    """The DAG the shard runs of ``dag_id``'s runs run in."""
+    return f"{dag_id}{SHARD_DAG_SUFFIX}"
+
+
+def shard_run_id(parent_run_id: str, shard: int) -> str:
+    return f"{parent_run_id}{SHARD_RUN_MARKER}{shard:04d}"
+
+
+def canary_run_id(parent_run_id: str) -> str:
+    """The canary's shard run."""
+    return f"{parent_run_id}{CANARY_RUN_SUFFIX}"
+
+
+def is_canary_run(run_id: str | None) -> bool:
+    return bool(run_id) and str(run_id).endswith(CANARY_RUN_SUFFIX)
+
+
+def parent_run(dag_id: str, run_id: str) -> tuple[str, str]:
+    """The (DAG id, run id) of the run a shard run belongs to; any other run is its own."""
+    if dag_id.endswith(SHARD_DAG_SUFFIX):
+        for marker in (SHARD_RUN_MARKER, CANARY_RUN_SUFFIX):
+            if marker in run_id:
+                return dag_id.removesuffix(SHARD_DAG_SUFFIX), run_id[: run_id.rindex(marker)]
+    return dag_id, run_id
+
+
+# ------------------------------------------------------------------------------------ layout
 
 
 @dataclass(frozen=True)

@@ -199,8 +199,7 @@ def demo(
 
 def _run_layout(run: str, artifact_root: str | None, dag_id: str) -> Any:
     """The artifact layout of a run named by its run key or its (parent) run id."""
-    from avsim.artifacts import RunLayout
-    from avsim.dagbuild.tasks import run_key_for
+    from avsim.artifacts import RunLayout, run_key_for
     from avsim.settings import load_settings
     from avsim.storage import exists
 

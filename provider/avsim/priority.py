@@ -5,7 +5,7 @@ from that phase (in minutes, capped below the gap between bases)::
 
     weight = base(run class, run id) + path(remaining seconds)
 
-- bases: a canary shard run (run id ending in ``__canary``) > the weekly run > ad-hoc runs;
+- bases: a canary shard run (:func:`avsim.artifacts.canary_run_id`) > the weekly run > ad-hoc runs;
   every gap is larger than :data:`MAX_PATH_WEIGHT`, so any weekly phase outranks any ad-hoc
   phase and any canary phase outranks both, whatever their paths;
 - path: the longer the case still has to go, the earlier the phase runs. A case's later
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from airflow.task.priority_strategy import PriorityWeightStrategy
 
+from avsim.artifacts import is_canary_run
 from avsim.manifest.models import DEFAULT_BASE_PRIORITY, RunClass
 from avsim.plan.build import MAX_PATH_WEIGHT, WEIGHT_PER_MINUTE, phase_weight
 
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ADHOC_BASE",
     "CANARY_BASE",
-    "CANARY_RUN_SUFFIX",
     "MAX_PATH_WEIGHT",
     "STRATEGIES",
     "WEEKLY_BASE",
@@ -53,7 +53,6 @@ __all__ = [
     "AdhocCriticalPathPriority",
     "WeeklyCriticalPathPriority",
     "critical_path_priority",
-    "is_canary_run",
     "path_weight",
     "phase_priority",
     "run_base",
@@ -66,8 +65,6 @@ WEEKLY_BASE: int = DEFAULT_BASE_PRIORITY[RunClass.WEEKLY]
 ADHOC_BASE: int = DEFAULT_BASE_PRIORITY[RunClass.ADHOC]
 #: Base of a canary shard run's phases: above every weekly phase (the canary gates the week).
 CANARY_BASE: int = 2 * WEEKLY_BASE
-#: A shard run whose run id ends with this is the run's canary.
-CANARY_RUN_SUFFIX = "__canary"
 
 _BASES = {RunClass.WEEKLY: WEEKLY_BASE, RunClass.ADHOC: ADHOC_BASE}
 
@@ -85,10 +82,6 @@ def path_weight(remaining_seconds: float) -> int:
 
     This is what the DAG builder puts in a phase task's ``priority_weight``."""
     return phase_weight(0, remaining_seconds)
-
-
-def is_canary_run(run_id: str | None) -> bool:
-    return bool(run_id) and str(run_id).endswith(CANARY_RUN_SUFFIX)
 
 
 def run_base(run_class: RunClass | str, run_id: str | None = None) -> int:

@@ -31,8 +31,7 @@ from tests.support.chaos_audit import audit_week
 from tests.support.stacks import weekly_stack
 from tests.support.verdicts import check_states_match_the_ledger
 
-from avsim.artifacts import RunLayout
-from avsim.dagbuild.tasks import run_key_for
+from avsim.artifacts import RunLayout, run_key_for
 from avsim.devstack.stack import LocalStack
 
 pytestmark = pytest.mark.integration

@@ -39,8 +39,7 @@ from tests.support.airflow_run import query, trigger, wait_for_run
 from tests.support.kube_api import FakeKubeAPI
 from tests.support.stacks import kubernetes_stack, weekly_stack
 
-from avsim.artifacts import RunLayout
-from avsim.dagbuild.tasks import run_key_for
+from avsim.artifacts import RunLayout, run_key_for
 from avsim.devstack.stack import LocalStack
 from avsim.kube import pods
 from avsim.ledger.records import AttemptRecord

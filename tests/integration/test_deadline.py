@@ -29,8 +29,7 @@ from tests.support.airflow_run import api, query, wait_for_run
 from tests.support.postgres import postgres_cluster
 from tests.support.stacks import fast_retry_catalog
 
-from avsim.artifacts import RunLayout
-from avsim.dagbuild.tasks import run_key_for
+from avsim.artifacts import RunLayout, run_key_for
 from avsim.devstack.demo import wait_for_dag
 from avsim.devstack.stack import LocalStack, free_port
 from avsim.manifest.sample import sample_manifest

@@ -19,8 +19,7 @@ from tests.support.airflow_run import query, trigger, wait_for_run
 from tests.support.stacks import read_json, weekly_stack
 from tests.support.verdicts import check_states_match_the_ledger
 
-from avsim.artifacts import RunLayout, breaker_uri
-from avsim.dagbuild.tasks import run_key_for
+from avsim.artifacts import RunLayout, breaker_uri, run_key_for
 from avsim.devstack.stack import LocalStack
 from avsim.ledger.records import OutcomeRecord
 from avsim.ledger.store import Ledger

@@ -17,8 +17,7 @@ from tests.support.kube_api import FakeKubeAPI
 from tests.support.stacks import kubernetes_stack, read_json
 from tests.support.verdicts import check_states_match_the_ledger
 
-from avsim.artifacts import RunLayout
-from avsim.dagbuild.tasks import run_key_for
+from avsim.artifacts import RunLayout, run_key_for
 from avsim.devstack.stack import LocalStack
 from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest

@@ -28,8 +28,7 @@ from tests.support import airflow_run
 from tests.support.airflow_run import query, trigger, wait_for_run
 from tests.support.stacks import read_json, weekly_stack
 
-from avsim.artifacts import RunLayout
-from avsim.dagbuild.tasks import run_key_for
+from avsim.artifacts import RunLayout, run_key_for
 from avsim.devstack.stack import LocalStack, free_port
 from avsim.manifest.sample import sample_manifest
 

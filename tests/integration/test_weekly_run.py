@@ -15,9 +15,8 @@ import pytest
 from tests.support.airflow_run import api, query, trigger, wait_for_run
 from tests.support.stacks import weekly_stack
 
-from avsim.artifacts import RunLayout
+from avsim.artifacts import RunLayout, run_key_for
 from avsim.dagbuild.factory import load_plan
-from avsim.dagbuild.tasks import run_key_for
 from avsim.devstack.stack import LocalStack
 from avsim.manifest.sample import sample_manifest
 from avsim.settings import AvsimSettings

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from avsim.artifacts import RunLayout
-from avsim.dagbuild.tasks import run_key_for
+from avsim.artifacts import RunLayout, run_key_for
 from avsim.deadline.alert import ALERT_NAME, deadline_alert, missed_uri, on_deadline_missed
 from avsim.deadline.reference import AvsimRunDeadline, run_deadline
 from avsim.settings import AvsimSettings, DeadlineSettings

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from avsim.artifacts import RunLayout
-from avsim.dagbuild.tasks import run_key_for
+from avsim.artifacts import RunLayout, run_key_for
 from avsim.ledger.store import Ledger
 from avsim.manifest.loader import parse_manifest_text
 from avsim.manifest.sample import sample_manifest

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from avsim.artifacts import shard_dag_id
 from avsim.errors import ConfigError
 from avsim.manifest.models import RunClass
 from avsim.plan.build import build_plan
@@ -54,16 +55,16 @@ def load_weekly_dags(
     """
     settings = settings or load_settings()
     plan = load_plan(catalog, settings, RunClass(run_class))
-    shard_dag_id = f"{dag_id}_shard"
+    shard_dag = shard_dag_id(dag_id)
     dags: dict[str, Any] = {}
     if part in ("both", "parent"):
         from avsim.dagbuild.weekly import build_parent_dag
 
-        dags[dag_id] = build_parent_dag(plan, settings, dag_id, shard_dag_id)
+        dags[dag_id] = build_parent_dag(plan, settings, dag_id, shard_dag)
     if part in ("both", "shard"):
         from avsim.dagbuild.shard_dag import build_shard_dag
 
-        dags[shard_dag_id] = build_shard_dag(plan, settings, shard_dag_id)
+        dags[shard_dag] = build_shard_dag(plan, settings, shard_dag)
     if not dags:
         raise ValueError(f"part must be 'both', 'parent' or 'shard', not {part!r}")
     return dags

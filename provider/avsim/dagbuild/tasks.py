@@ -11,7 +11,7 @@ import logging
 import re
 from typing import Any
 
-from avsim.artifacts import RunLayout, safe_key, week_index_uri
+from avsim.artifacts import RunLayout, canary_run_id, run_key_for, shard_run_id, week_index_uri
 from avsim.errors import AvsimError, ManifestError, Problem
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import ShardPlan, assign_families, cut_shards
@@ -22,21 +22,6 @@ from avsim.verdict import CASE_OUTCOMES, shard_verdict
 log = logging.getLogger(__name__)
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-def run_key_for(dag_id: str, run_id: str) -> str:
-    return safe_key(f"{dag_id}__{run_id}")
-
-
-def shard_run_id(parent_run_id: str, shard: int) -> str:
-    return f"{parent_run_id}__shard_{shard:04d}"
-
-
-def canary_run_id(parent_run_id: str) -> str:
-    """The canary's shard run (the priority strategy ranks runs ending in ``__canary`` first)."""
-    from avsim.priority import CANARY_RUN_SUFFIX
-
-    return f"{parent_run_id}{CANARY_RUN_SUFFIX}"
 
 
 def manifest_source(params: dict[str, Any], settings: AvsimSettings, when: dt.datetime | None) -> str:

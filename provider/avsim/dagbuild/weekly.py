@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, TaskGroup, XComArg, get_current_context, task
 
-from avsim.artifacts import RUN_LEVEL_CASE
+from avsim.artifacts import CANARY_RUN_SUFFIX, RUN_LEVEL_CASE
 from avsim.dagbuild import tasks, week_end
 from avsim.dagbuild.shard_dag import START_DATE, phase_operator_class, retry_kwargs
 from avsim.deadline.alert import deadline_alert
@@ -27,7 +27,6 @@ from avsim.operators.retry import PhaseRetryPolicy
 from avsim.operators.shard import ShardRunOperator
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import CANARY_SHARD
-from avsim.priority import CANARY_RUN_SUFFIX
 from avsim.sensors.canary_gate import CanaryGateSensor
 from avsim.settings import AvsimSettings
 

@@ -60,8 +60,7 @@ def _as_datetime(value: object) -> dt.datetime | None:
 def record_miss(context: dict[str, Any], artifact_root: str, now: dt.datetime) -> dict[str, Any]:
     """Write ``deadline/missed.json`` for the run in ``context`` and return it (blocking I/O)."""
     from avsim import metrics
-    from avsim.artifacts import RunLayout
-    from avsim.dagbuild.tasks import run_key_for
+    from avsim.artifacts import RunLayout, run_key_for
     from avsim.storage import exists, read_json, write_json
 
     dag_run = context.get("dag_run") or {}

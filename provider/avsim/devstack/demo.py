@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from avsim.artifacts import shard_dag_id
 from avsim.devstack import procwatch
 from avsim.devstack.stack import LocalStack, StackRunning, owner_still_holds
 from avsim.errors import AvsimError
@@ -33,7 +34,7 @@ PARENT_DAG = "avsim_weekly"
 # Signals that end the demo as Ctrl-C does: a closed terminal, `timeout`, a supervisor, CI.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 TAKE_OVER_SECONDS = 90
-SHARD_DAG = f"{PARENT_DAG}_shard"
+SHARD_DAG = shard_dag_id(PARENT_DAG)
 FINISHED = ("success", "failed", "upstream_failed", "skipped", "removed")
 
 
@@ -337,8 +338,7 @@ def wait_for_dag(stack: LocalStack, dag_id: str, timeout: float = 180) -> None:
 
 
 def finish(console: Any, stack: LocalStack, run_id: str, p: Progress, exit_when_done: bool) -> int:
-    from avsim.artifacts import RunLayout
-    from avsim.dagbuild.tasks import run_key_for
+    from avsim.artifacts import RunLayout, run_key_for
     from avsim.storage import read_json
 
     layout = RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for(PARENT_DAG, run_id))

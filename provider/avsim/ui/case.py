@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from avsim.artifacts import RunLayout
+from avsim.artifacts import RunLayout, run_key_for, shard_dag_id
 from avsim.ui import urls
 from avsim.ui.files import check_segment, resolve
 
@@ -20,8 +20,6 @@ from avsim.ui.files import check_segment, resolve
 def weekly_run_of(session: Session, run_key: str) -> tuple[str, str] | None:
     """(dag id, run id) of the weekly run whose prepare recorded this run key, if any."""
     from airflow.models.xcom import XComModel
-
-    from avsim.dagbuild.tasks import run_key_for
 
     for dag_id, run_id, value in session.execute(
         select(XComModel.dag_id, XComModel.run_id, XComModel.value).where(
@@ -38,7 +36,7 @@ def task_instances(session: Session, dag_id: str, run_id: str, case_id: str) -> 
     """The phase task instances of a case in the weekly run's shard runs."""
     from airflow.models.taskinstance import TaskInstance as TI
 
-    shard_dag = f"{dag_id}_shard"
+    shard_dag = shard_dag_id(dag_id)
     rows = session.execute(
         select(
             TI.run_id,
