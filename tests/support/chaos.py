@@ -36,8 +36,8 @@ from avsim.devstack.fakesim_artifacts import DRIVING_KINDS
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
 from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
-from avsim.operators.retry import ROLE_ON_DEMAND, ROLE_REGULAR, ROLE_SPOT, preemption_budget, task_retries
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, Outcome
+from avsim.phases.policy import Role, preemption_budget, task_retries
 from avsim.plan.model import ON_DEMAND_SUFFIX
 
 PASSED = Outcome.PASSED.value
@@ -235,7 +235,7 @@ def replay_phase(
     """
     gpus = int(spec["resources"]["gpus"])
     infra, preempt, after = budgets_of(spec)
-    role = ROLE_SPOT if has_twin(spec) else ROLE_REGULAR
+    role = Role.SPOT if has_twin(spec) else Role.REGULAR
     attempts: list[PlannedAttempt] = []
     tasks: dict[str, tuple[str, int]] = {}
     counts = {INFRA: 0, PREEMPTED: 0}
@@ -244,8 +244,8 @@ def replay_phase(
     for n in range(1, limit + 1):
         tries += 1
         outcome, detail = verdict(n)
-        task = ON_DEMAND_SUFFIX if role == ROLE_ON_DEMAND else ""
-        node = NODE_CPU if not gpus else (NODE_ON_DEMAND if role == ROLE_ON_DEMAND else NODE_SPOT)
+        task = ON_DEMAND_SUFFIX if role == Role.ON_DEMAND else ""
+        node = NODE_CPU if not gpus else (NODE_ON_DEMAND if role == Role.ON_DEMAND else NODE_SPOT)
         attempts.append(PlannedAttempt(n, outcome, detail, task, node))
         if outcome in PRODUCED:
             tasks[task], committed = ("success", tries), outcome
@@ -254,9 +254,9 @@ def replay_phase(
             tasks[task], committed = ("failed", tries), outcome
             break
         counts[outcome] += 1
-        if outcome == PREEMPTED and role == ROLE_SPOT and counts[PREEMPTED] >= after:
+        if outcome == PREEMPTED and role == Role.SPOT and counts[PREEMPTED] >= after:
             tasks[task] = ("skipped", tries)
-            role, counts, tries = ROLE_ON_DEMAND, {INFRA: 0, PREEMPTED: 0}, 0
+            role, counts, tries = Role.ON_DEMAND, {INFRA: 0, PREEMPTED: 0}, 0
             continue
         budget = {INFRA: infra, PREEMPTED: preemption_budget(role, preempt, after)}
         if counts[outcome] > budget[outcome] or tries > task_retries(role, infra, preempt, after):

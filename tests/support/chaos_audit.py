@@ -49,8 +49,8 @@ from avsim.devstack.stack import LocalStack
 from avsim.ledger.breaker import Breaker
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
 from avsim.ledger.store import Ledger, case_outcome
-from avsim.operators.retry import ROLE_ON_DEMAND, ROLE_REGULAR, ROLE_SPOT, preemption_budget
 from avsim.phases.contract import NODE_ON_DEMAND, Outcome
+from avsim.phases.policy import Role, preemption_budget
 from avsim.plan.model import ON_DEMAND_SUFFIX
 from avsim.plan.shards import CANARY_SHARD, ShardPlan
 from avsim.verdict import shard_verdict
@@ -456,11 +456,11 @@ class WeekAuditor:
             by_task[(a.task_id, a.round_start)].append(a)
         for (task_id, _), runs in by_task.items():
             if task_id.endswith(ON_DEMAND_SUFFIX):
-                role = ROLE_ON_DEMAND
+                role = Role.ON_DEMAND
             else:
-                role = ROLE_SPOT if has_twin(spec) else ROLE_REGULAR
+                role = Role.SPOT if has_twin(spec) else Role.REGULAR
             limits = {INFRA: infra + 1, PREEMPTED: preemption_budget(role, preempt, after) + 1}
-            if role == ROLE_SPOT:
+            if role == Role.SPOT:
                 limits[PREEMPTED] = after
             counts: collections.Counter[str] = collections.Counter()
             for i, a in enumerate(runs):
@@ -477,7 +477,7 @@ class WeekAuditor:
                 spent = counts[cls] == limits[cls]
                 if spent and i != len(runs) - 1:
                     self.budgets.fail(f"{where}: retried after its {cls} budget was spent")
-                hands_over = role == ROLE_SPOT and cls == PREEMPTED
+                hands_over = role == Role.SPOT and cls == PREEMPTED
                 if spent and not hands_over and (committed is None or committed.attempt != a.attempt):
                     self.budgets.fail(f"{where}: spent the {cls} budget but was not committed")
 

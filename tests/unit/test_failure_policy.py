@@ -1,4 +1,4 @@
-"""Failure economics as plain data: retry budgets and delays, the breaker, the cache key, the canary rule,
+"""Failure economics as plain data: the retry policy hook, the breaker, the cache key, the canary rule,
 and compare-and-swap on a real S3 API (moto's server on loopback)."""
 
 from __future__ import annotations
@@ -13,14 +13,7 @@ from avsim.ledger.cache import PhaseCache, cache_key
 from avsim.ledger.documents import DocumentStore
 from avsim.ledger.records import OutcomeRecord
 from avsim.manifest.models import RetrySpec
-from avsim.operators.retry import (
-    ROLE_ON_DEMAND,
-    ROLE_REGULAR,
-    ROLE_SPOT,
-    PhaseRetryPolicy,
-    preemption_budget,
-    task_retries,
-)
+from avsim.operators.retry import PhaseRetryPolicy
 from avsim.phases.contract import Outcome, classify_exit_code
 from avsim.plan.canary import FAILED, PASSED, WAITING, canary_size, gate_decision, select_canary
 
@@ -35,22 +28,8 @@ def test_exit_codes_and_classes() -> None:
     assert {o for o in Outcome if o.counts_against_build} == {Outcome.INFRA_FAILED, Outcome.BAD_BUILD}
 
 
-def test_budgets_split_between_spot_task_and_on_demand_twin() -> None:
-    # 2 infrastructure retries, 3 preemption retries, on-demand after 2 preemptions.
-    assert preemption_budget(ROLE_SPOT, 3, 2) == 2
-    assert preemption_budget(ROLE_ON_DEMAND, 3, 2) == 1
-    assert preemption_budget(ROLE_REGULAR, 3, 2) == 3
-    assert task_retries(ROLE_SPOT, 2, 3, 2) == 4
-    assert task_retries(ROLE_ON_DEMAND, 2, 3, 2) == 3
-    assert task_retries(ROLE_REGULAR, 2, 3, 2) == 5
-
-
-def test_delays_per_class() -> None:
-    r = RetrySpec(
-        infrastructure=4, delay_seconds=10, backoff=3, max_delay_seconds=60, preemption_delay_seconds=5
-    )
-    assert [r.delay_for("infra_failed", n) for n in (1, 2, 3, 4)] == [10, 30, 60, 60]
-    assert [r.delay_for("preempted", n) for n in (1, 2, 3)] == [5, 5, 5]
+def test_the_fallback_must_fit_the_preemption_budget() -> None:
+    # Budgets, delays and hand-over are the failure policy's (tests/unit/test_phase_policy.py).
     with pytest.raises(ValueError, match="on_demand_after_preemptions"):
         RetrySpec(preemption=1, on_demand_after_preemptions=2)
 

@@ -20,9 +20,9 @@ from avsim.kube import pods
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
 from avsim.operators.kubernetes import DEFERRAL_MARGIN_SECONDS, KubernetesPhaseOperator
-from avsim.operators.retry import ROLE_REGULAR
 from avsim.phases.attempt import PhaseAttempt, PhaseRuntime
 from avsim.phases.contract import AttemptResult, Outcome
+from avsim.phases.policy import Role
 
 
 def operator(lease_seconds: float) -> tuple[KubernetesPhaseOperator, PhaseAttempt]:
@@ -33,7 +33,7 @@ def operator(lease_seconds: float) -> tuple[KubernetesPhaseOperator, PhaseAttemp
     run = {"run_key": "avsim_weekly__x", "artifact_root": "file:///tmp/avsim-x", "image": m.run.build.image}
     case = {"case_id": m.cases[0].id, "seed": m.cases[0].seed}
     op = KubernetesPhaseOperator(
-        task_id="standard.prepare", phase="prepare", case=case, run=run, role=ROLE_REGULAR, kube=KUBE
+        task_id="standard.prepare", phase="prepare", case=case, run=run, role=Role.REGULAR, kube=KUBE
     )
     attempt = PhaseAttempt(
         layout=RunLayout(run["artifact_root"], run["run_key"]),

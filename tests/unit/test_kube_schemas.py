@@ -24,9 +24,9 @@ from avsim.kube import pods
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
 from avsim.operators.kubernetes import KubernetesPhaseOperator
-from avsim.operators.retry import ROLE_ON_DEMAND, ROLE_REGULAR, ROLE_SPOT
 from avsim.phases.attempt import PhaseAttempt, PhaseRuntime
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT
+from avsim.phases.policy import Role
 from avsim.settings import KubernetesSettings
 
 KUBE = KubernetesSettings(
@@ -55,7 +55,7 @@ POD_OVERRIDES: dict[str, Any] = {
     "shm_size": "64Gi",
 }
 #: (gpus, role) of each node class: GPU phases on spot, their on-demand twin, CPU phases.
-PLACEMENTS = {NODE_SPOT: (1, ROLE_SPOT), NODE_ON_DEMAND: (1, ROLE_ON_DEMAND), NODE_CPU: (0, ROLE_REGULAR)}
+PLACEMENTS = {NODE_SPOT: (1, Role.SPOT), NODE_ON_DEMAND: (1, Role.ON_DEMAND), NODE_CPU: (0, Role.REGULAR)}
 RUNS = {
     "weekly": ("weekly", "scheduled__2026-11-30__shard_0001"),
     "adhoc": ("adhoc", "manual__2026-12-01__shard_0000"),
@@ -92,7 +92,7 @@ def build(
         "run_class": run_class,
     }
     op = KubernetesPhaseOperator(
-        task_id=f"standard.{phase}" + ("_on_demand" if role == ROLE_ON_DEMAND else ""),
+        task_id=f"standard.{phase}" + ("_on_demand" if role == Role.ON_DEMAND else ""),
         phase=phase,
         case={"case_id": case.id, "seed": case.seed},
         run=run_doc,

@@ -28,9 +28,9 @@ from avsim.manifest.models import FORBIDDEN_POD_FIELDS, SANDBOX_KEY_PREFIXES, Ma
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
 from avsim.operators.kubernetes import SCRATCH_MOUNT, KubernetesPhaseOperator
-from avsim.operators.retry import ROLE_SPOT
 from avsim.phases import contract
 from avsim.phases.attempt import PhaseAttempt, PhaseRuntime
+from avsim.phases.policy import Role
 from avsim.settings import KubernetesSettings
 
 KUBE = KubernetesSettings(run_as_user=4242)
@@ -78,7 +78,7 @@ def _pod(pod_overrides: dict[str, Any] = BOLDEST_POD) -> tuple[k8s.V1Pod, PhaseA
         case={"case_id": case.id, "seed": case.seed},
         run=run,
         gpus=1,
-        role=ROLE_SPOT,
+        role=Role.SPOT,
         kube=KUBE,
     )
     attempt = PhaseAttempt(  # hand-built: begin_attempt's result for attempt 2 (see the module docstring)

@@ -19,7 +19,8 @@ from airflow.sdk import DAG, get_current_context, task, task_group
 from avsim.dagbuild import tasks
 from avsim.errors import ManifestError
 from avsim.operators.phase import AvsimPhaseOperator, LocalPhaseOperator
-from avsim.operators.retry import ROLE_ON_DEMAND, ROLE_REGULAR, ROLE_SPOT, PhaseRetryPolicy, task_retries
+from avsim.operators.retry import PhaseRetryPolicy
+from avsim.phases.policy import Role, task_retries
 from avsim.plan.model import FamilyPlan, PhasePlan, WeeklyPlan
 from avsim.settings import AvsimSettings
 
@@ -44,10 +45,10 @@ def retry_kwargs(retries: int, delay: float, backoff: float, max_delay: float) -
     }
 
 
-def phase_task_kwargs(phase: PhasePlan, role: str, run_class: str) -> dict[str, Any]:
+def phase_task_kwargs(phase: PhasePlan, role: Role, run_class: str) -> dict[str, Any]:
     """Pool, slots, priority and retries of one phase task (a spot task, its on-demand twin, or a regular one).
 
-    ``retries`` covers every failure the class budgets allow (:func:`avsim.operators.retry.task_retries`);
+    ``retries`` covers every failure the class budgets allow (:func:`avsim.phases.policy.task_retries`);
     the phase's lifecycle fails fast when one class's budget is used up, and :class:`PhaseRetryPolicy`
     gives each retry its class's delay. The task's ``retry_delay`` (the infrastructure delay) is what
     Airflow uses when the scheduler itself retries a try whose worker was lost.
@@ -56,7 +57,7 @@ def phase_task_kwargs(phase: PhasePlan, role: str, run_class: str) -> dict[str, 
 
     retries = task_retries(role, phase.retries, phase.preemption_retries, phase.on_demand_after_preemptions)
     return {
-        "pool": phase.on_demand_pool if role == ROLE_ON_DEMAND else phase.pool,
+        "pool": phase.on_demand_pool if role == Role.ON_DEMAND else phase.pool,
         "pool_slots": phase.pool_slots,
         "priority_weight": phase.path_weight,
         "weight_rule": strategy_for(run_class),
@@ -92,7 +93,7 @@ def _family_group(
             # none_failed_min_one_success, would be judged on the group's not-yet-expanded task
             # instance for every case at once: one case's failure would fail the phase for the shard.)
             after_pair = any(len(made_by[up]) > 1 for up in phase.upstream)
-            role = ROLE_SPOT if phase.on_demand_fallback else ROLE_REGULAR
+            role = Role.SPOT if phase.on_demand_fallback else Role.REGULAR
             main = operator(
                 task_id=phase.name,
                 case=case,
@@ -114,7 +115,7 @@ def _family_group(
                     run=None,
                     trigger_rule="all_skipped",
                     **common,
-                    **phase_task_kwargs(phase, ROLE_ON_DEMAND, run_class),
+                    **phase_task_kwargs(phase, Role.ON_DEMAND, run_class),
                 )
                 main >> twin
                 made_by[phase.name].append(twin)

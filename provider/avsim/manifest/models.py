@@ -241,13 +241,6 @@ class RetrySpec(_Strict):
             )
         return v
 
-    def delay_for(self, failure_class: str, failures_so_far: int) -> float:
-        """Seconds before the retry after the ``failures_so_far``-th failure of ``failure_class``."""
-        if failure_class == "preempted":
-            return self.preemption_delay_seconds
-        n = max(1, failures_so_far)
-        return float(min(self.max_delay_seconds, self.delay_seconds * self.backoff ** (n - 1)))
-
 
 #: Pod fields a manifest may never set, with the reason given in the error.
 FORBIDDEN_POD_FIELDS = {

@@ -15,6 +15,9 @@ import datetime as dt
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from avsim.phases.contract import Outcome
+from avsim.phases.policy import Failure
+
 
 class PhaseBadInput(AirflowFailException):
     """The phase's input is malformed (exit code 65): never retried."""
@@ -39,7 +42,7 @@ class PhaseBudgetExhausted(AirflowFailException):
 class PhaseRetriable(AirflowException):
     """An attempt failed for a reason a retry can fix; retried after ``retry_delay``."""
 
-    failure_class = "infra_failed"
+    outcome = Outcome.INFRA_FAILED
 
     def __init__(self, message: str, retry_delay: dt.timedelta | None = None) -> None:
         super().__init__(message)
@@ -62,7 +65,7 @@ class PhasePreempted(PhaseRetriable):
     """The phase's node was reclaimed, drained or lost: retried within the preemption budget, resuming
     from its newest checkpoint."""
 
-    failure_class = "preempted"
+    outcome = Outcome.PREEMPTED
 
 
 class PodEvicted(PhasePreempted):
@@ -70,7 +73,12 @@ class PodEvicted(PhasePreempted):
 
 
 class PodVanished(PhasePreempted):
-    """The pod disappeared from the API (its node was lost or deleted)."""
+    """The spot pod disappeared from the API, or its node was lost: the capacity was reclaimed."""
+
+
+class PodLost(PhaseInfrastructureError):
+    """The pod disappeared from the API, or its node was lost, off spot capacity: an infrastructure
+    failure (a lost CPU or on-demand node is broken capacity, not reclaimed capacity)."""
 
 
 class PhaseFallbackToOnDemand(AirflowSkipException):
@@ -98,13 +106,19 @@ class RepairFailed(AirflowFailException):
     """A cleared ``shards`` task could not clear its shard run's failed task instances."""
 
 
-#: The exception raised for an attempt that ended with ``detail`` (see the backends' classifiers).
-DETAIL_EXCEPTIONS: dict[str, type[Exception]] = {
-    "oom": OutOfMemory,
-    "lease_expired": LeaseExpired,
-    "evicted": PodEvicted,
-    "vanished": PodVanished,
-    "node_lost": PodVanished,
-    "image_pull": ImagePullFailed,
-    "breaker_open": BreakerOpen,
+#: The exception class of each kind of failure the failure policy names (:mod:`avsim.phases.policy`).
+FAILURE_EXCEPTIONS: dict[Failure, type[Exception]] = {
+    Failure.BAD_INPUT: PhaseBadInput,
+    Failure.BAD_BUILD: PhaseBadBuild,
+    Failure.IMAGE_PULL: ImagePullFailed,
+    Failure.BREAKER_OPEN: BreakerOpen,
+    Failure.BUDGET_EXHAUSTED: PhaseBudgetExhausted,
+    Failure.HAND_OVER: PhaseFallbackToOnDemand,
+    Failure.INFRASTRUCTURE: PhaseInfrastructureError,
+    Failure.OUT_OF_MEMORY: OutOfMemory,
+    Failure.LEASE_EXPIRED: LeaseExpired,
+    Failure.POD_LOST: PodLost,
+    Failure.PREEMPTED: PhasePreempted,
+    Failure.EVICTED: PodEvicted,
+    Failure.NODE_RECLAIMED: PodVanished,
 }

@@ -6,11 +6,11 @@ seams:
 * ``execute`` is wrapped, not rewritten: the phase lifecycle (:mod:`avsim.operators.lifecycle`)
   runs first (reuse a committed or cached result, check the build's breaker and the budgets, claim
   the attempt), then the stock ``execute``;
-* ``build_pod_request_obj`` fills the pod from the attempt: the run's image by digest, the phase's
-  command, the contract's environment, requests and limits (``nvidia.com/gpu`` for GPU phases),
-  the node class's node selector and tolerations, the run class's PriorityClass, a non-root,
-  read-only, capability-free container, scratch and ``/dev/shm`` volumes, and the manifest's
-  allow-listed extras (:class:`avsim.manifest.models.PodOverrides`);
+* ``build_pod_request_obj`` sends the attempt's pod, built as data by
+  :func:`avsim.kube.pod_spec.phase_pod` (the run's image by digest, the phase's command, the
+  contract's environment, resources, placement, PriorityClass, the sandbox), with what the stock
+  operator adds to every pod: the task instance's identifying labels and the cluster's
+  ``pod_mutation_hook`` (:meth:`KubernetesPhaseOperator.attempt_pod`);
 * ``get_or_create_pod`` deletes the pods of earlier attempts of the same phase first and never
   re-adopts a pod (the stock operator's known failures with spot pods: apache/airflow#39096,
   #53015, #59626, #21701), then creates the attempt's pod and its heartbeat Lease;
@@ -32,16 +32,18 @@ from functools import cached_property
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.settings import pod_mutation_hook
+from airflow.version import version as airflow_version
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
-from avsim.kube import pods
+from avsim.kube import pod_spec, pods
 from avsim.operators.lifecycle import PhaseLifecycle
 from avsim.operators.phase import upstream_task_ids
-from avsim.operators.retry import ROLE_REGULAR
 from avsim.phases import contract
 from avsim.phases.attempt import PhaseAttempt
 from avsim.phases.contract import AttemptResult, Outcome
+from avsim.phases.policy import Role
 from avsim.settings import KubernetesSettings
 from avsim.ui.links import PHASE_LINKS
 
@@ -52,7 +54,6 @@ LOG_TAIL_LINES = 20
 DEFERRAL_MARGIN_SECONDS = 300.0
 #: Attempts whose pod is force-deleted (grace 0): a hung phase, or a pod on a node that is gone.
 FORCE_DELETE_DETAILS = frozenset({"lease_expired", "node_lost", "timeout"})
-SCRATCH_MOUNT = "/tmp"
 
 
 class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
@@ -76,7 +77,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         run: Any,
         upstream_phases: Any = None,
         inputs: Any = None,
-        role: str = ROLE_REGULAR,
+        role: Role | str = Role.REGULAR,
         gpus: int = 0,
         reuse_outputs: bool = True,
         kube: KubernetesSettings | None = None,
@@ -96,7 +97,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         kwargs.setdefault("on_finish_action", "delete_pod")
         kwargs.setdefault("get_logs", True)
         kwargs.setdefault("log_events_on_startup", False)
-        kwargs.setdefault("termination_grace_period", 30)
+        kwargs.setdefault("termination_grace_period", pod_spec.DEFAULT_GRACE_SECONDS)
         # Never re-adopt a pod: a new try is a new attempt with its own pod (see get_or_create_pod).
         kwargs["durable"] = False
         kwargs["random_name_suffix"] = False
@@ -106,15 +107,14 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         self.run = run
         self.upstream_phases = upstream_task_ids(upstream_phases)
         self.inputs = inputs
-        self.role = role
+        self.role = Role(role)
         self.gpus = gpus
-        self.node_class = self.node_class_for(gpus, role)
+        self.node_class = self.node_class_for(gpus, self.role)
         self.reuse_outputs = reuse_outputs
         self.kube = kube
         self.lease_check_interval = lease_check_interval
         self._attempt: PhaseAttempt | None = None
         self._started: dt.datetime | None = None
-        self._run_id = ""
         self._sync_result: dict[str, Any] | None = None
         self._lease_expired = threading.Event()
         #: Sync mode: how the watchdog ended the pod (lease expired, node lost), read by cleanup().
@@ -127,14 +127,16 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         if isinstance(begun, dict):
             return self._result(context, begun)
         self._attempt, self._started = begun, dt.datetime.now(dt.UTC)
-        self._run_id = str(context.get("run_id", ""))
-        self.name = pods.pod_name(begun.layout.run_key, begun.case_id, begun.phase, begun.attempt)
+        # The stock operator finds the attempt's pod (sync mode) by these and the task instance's labels.
+        self.labels = pods.attempt_labels(
+            begun.layout.run_key, begun.case_id, begun.phase, begun.attempt, self.node_class
+        )
         self.log.info(
             "avsim phase %s of case %s, attempt %d: pod %s on %s",
             begun.phase,
             begun.case_id,
             begun.attempt,
-            self.name,
+            pods.pod_name(begun.layout.run_key, begun.case_id, begun.phase, begun.attempt),
             self.node_class,
         )
         watchdog = None if self.deferrable else self._start_watchdog()
@@ -160,75 +162,32 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
     # -- the pod ----------------------------------------------------------------------------------
     def build_pod_request_obj(self, context: Any = None, *, dry_run: bool = False) -> k8s.V1Pod:
         if self._attempt is not None:
-            self._configure_pod(self._attempt)
-        pod = super().build_pod_request_obj(context, dry_run=dry_run)
-        # No environment variables for every Service in the namespace: the phase needs none of them.
+            return self.attempt_pod(self._attempt, context, dry_run=dry_run)
+        pod = super().build_pod_request_obj(context, dry_run=dry_run)  # no attempt: nothing runs it
         pod.spec.enable_service_links = False
         return pod
 
-    def _configure_pod(self, a: PhaseAttempt) -> None:
-        """Set the stock operator's pod fields from the attempt; it builds the V1Pod from them."""
-        overrides = a.runtime.pod
-        placement = self.kube.node_classes.get(self.node_class, {})
-        env = {**overrides.env, **a.environment(), "PYTHONUNBUFFERED": "1"}
-        if a.runtime.lease_seconds:
-            env[contract.ENV_LEASE_NAME] = self.name or ""
-            env[contract.ENV_LEASE_NAMESPACE] = self.namespace or self.kube.namespace
-        self.image = a.image
-        self.cmds = list(a.runtime.command)
-        self.arguments = list(a.runtime.args)
-        self.env_vars = [k8s.V1EnvVar(name=k, value=v) for k, v in sorted(env.items())]
-        self.labels = {
-            **overrides.labels,
-            **pods.attempt_labels(a.layout.run_key, a.case_id, a.phase, a.attempt, self.node_class),
-        }
-        self.annotations = {**overrides.annotations, "avsim.io/build": a.build_id}
-        requests: dict[str, str] = {"cpu": f"{a.runtime.cpus:g}", "memory": a.runtime.memory}
-        limits: dict[str, str] = {"memory": a.runtime.memory}
-        if a.runtime.gpus:
-            requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(a.runtime.gpus)
-        if overrides.ephemeral_storage:
-            requests["ephemeral-storage"] = limits["ephemeral-storage"] = overrides.ephemeral_storage
-        self.container_resources = k8s.V1ResourceRequirements(requests=requests, limits=limits)
-        self.node_selector = dict(placement.get("node_selector") or {})
-        self.tolerations = [k8s.V1Toleration(**t) for t in placement.get("tolerations") or []]
-        run_class = (
-            "canary" if self._run_id.endswith("__canary") else str(self.run.get("run_class", "weekly"))
+    def attempt_pod(self, attempt: PhaseAttempt, context: Any = None, *, dry_run: bool = False) -> k8s.V1Pod:
+        """The pod of ``attempt`` as sent: :func:`avsim.kube.pod_spec.phase_pod`, plus what the stock
+        operator adds to every pod it builds (the task instance's identifying labels, which it finds
+        the pod by, and Airflow's version) and the cluster's ``pod_mutation_hook``."""
+        run_id = str((context or {}).get("run_id") or "")
+        pod = pod_spec.phase_pod(
+            attempt,
+            namespace=str(self.namespace or self.kube.namespace),
+            priority=pod_spec.priority_key(str(self.run.get("run_class", "weekly")), run_id),
+            kube=self.kube,
+            service_account=self.service_account_name,
+            grace_seconds=self.termination_grace_period,
         )
-        self.priority_class_name = self.kube.priority_classes.get(run_class) or None
-        uid = self.kube.run_as_user
-        self.security_context = k8s.V1PodSecurityContext(
-            run_as_non_root=True,
-            run_as_user=uid,
-            run_as_group=uid,
-            fs_group=uid,
-            seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
-            app_armor_profile=k8s.V1AppArmorProfile(type="RuntimeDefault"),
-        )
-        self.container_security_context = k8s.V1SecurityContext(
-            run_as_non_root=True,
-            allow_privilege_escalation=False,
-            privileged=False,
-            read_only_root_filesystem=True,
-            capabilities=k8s.V1Capabilities(drop=["ALL"]),
-        )
-        self.volumes = [
-            k8s.V1Volume(
-                name="scratch", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit=overrides.ephemeral_storage)
-            )
-        ]
-        self.volume_mounts = [k8s.V1VolumeMount(name="scratch", mount_path=SCRATCH_MOUNT)]
-        if overrides.shm_size:
-            self.volumes.append(
-                k8s.V1Volume(
-                    name="dshm",
-                    empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=overrides.shm_size),
-                )
-            )
-            self.volume_mounts.append(k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"))
-        self.hostnetwork = False
-        self.automount_service_account_token = True  # the phase renews its Lease with it
-        self.active_deadline_seconds = int(a.runtime.timeout_seconds)
+        labels = self._get_ti_pod_labels(context)
+        self.log.info("Building pod %s with labels: %s", pod.metadata.name, labels)
+        pod.metadata.labels.update(labels)
+        pod.metadata.labels["airflow_version"] = airflow_version.replace("+", "-")
+        if not dry_run:
+            pod.metadata.labels["airflow_kpo_in_cluster"] = str(self.hook.is_in_cluster)
+        pod_mutation_hook(pod)
+        return pod
 
     def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Any) -> k8s.V1Pod:
         assert self._attempt is not None

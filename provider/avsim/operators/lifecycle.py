@@ -28,9 +28,10 @@ from typing import Any
 
 from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
-from avsim.operators.retry import ROLE_ON_DEMAND, ROLE_SPOT, preemption_budget
+from avsim.phases import policy
 from avsim.phases.attempt import PhaseAttempt, PhaseRuntime, phase_spec_for
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, AttemptResult, Outcome
+from avsim.phases.policy import Action, Decision, Role
 from avsim.plan.model import ON_DEMAND_SUFFIX
 
 __all__ = ["HANDOVER_XCOM", "NODE_CPU", "NODE_ON_DEMAND", "NODE_SPOT", "AttemptResult", "PhaseLifecycle"]
@@ -53,7 +54,7 @@ class PhaseLifecycle:
     run: Any
     upstream_phases: dict[str, list[str]]
     inputs: Any
-    role: str
+    role: Role
     node_class: str
     task_id: str
     retries: int | None
@@ -217,8 +218,8 @@ class PhaseLifecycle:
                 f"{state.reason}; nothing launched. Reset it with `avsim breaker reset {self.breaker.digest}` "
                 "once the build is fixed, or start a run with a new build",
             )
-        self._settle_abandoned(ti)
-        self._check_budgets_before_launch(template, runtime)
+        history = self._settle_abandoned(ti, template.round_start)
+        self._admit(template, runtime, history)
         claimed = self.ledger.claim_attempt(template)
         return attempt.with_attempt(claimed.attempt)
 
@@ -232,55 +233,47 @@ class PhaseLifecycle:
         retries = int(self.retries or 0)
         return max(1, max_tries - retries + 1)
 
-    def _settle_abandoned(self, ti: Any) -> None:
-        """Attempts of earlier tries still marked started: their worker was lost. Record them as infra."""
+    def _settle_abandoned(self, ti: Any, round_start: int) -> list[Outcome]:
+        """Attempts of earlier tries still marked started: their worker was lost. Record them as infra.
+        Returns the outcomes of the task's ended attempts in its current round (one ledger read)."""
+        history: list[Outcome] = []
         for rec in self.ledger.attempts(dict(self.case)["case_id"], self.phase):
             if rec.state == "started" and rec.try_number < int(ti.try_number):
                 self.log.warning(
                     "%s never reported (try %d): recorded as lost", self._where(rec.attempt), rec.try_number
                 )
-                self.ledger.record_attempt(
-                    dataclasses.replace(
-                        rec,
-                        state="ended",
-                        ended_at=_now().isoformat(),
-                        outcome=Outcome.INFRA_FAILED,
-                        detail="abandoned",
-                        reason=f"no report from try {rec.try_number}: its worker was lost or killed",
-                    )
-                )
-
-    def _round_counts(self, ti_round_start: int) -> dict[str, int]:
-        counts = {Outcome.INFRA_FAILED.value: 0, Outcome.PREEMPTED.value: 0}
-        for rec in self.ledger.attempts(dict(self.case)["case_id"], self.phase):
-            mine = rec.task_id == self.task_id and rec.try_number >= ti_round_start and rec.ended
-            if mine and rec.outcome is not None and rec.outcome.value in counts:
-                counts[rec.outcome.value] += 1
-        return counts
-
-    def _budgets(self, runtime: PhaseRuntime) -> dict[str, int]:
-        r = runtime.retry
-        return {
-            Outcome.INFRA_FAILED.value: r.infrastructure,
-            Outcome.PREEMPTED.value: preemption_budget(
-                self.role, r.preemption, r.on_demand_after_preemptions
-            ),
-        }
-
-    def _check_budgets_before_launch(self, template: AttemptRecord, runtime: PhaseRuntime) -> None:
-        counts = self._round_counts(template.round_start)
-        budgets = self._budgets(runtime)
-        if counts[Outcome.INFRA_FAILED.value] > budgets[Outcome.INFRA_FAILED.value]:
-            # Only a lost worker's attempt (settled above) can get here: nothing else raised for it.
-            self._commit_failure_and_raise(
-                template,
-                AttemptResult(
-                    Outcome.INFRA_FAILED,
-                    reason="lost workers used up the infrastructure budget",
+                rec = dataclasses.replace(
+                    rec,
+                    state="ended",
+                    ended_at=_now().isoformat(),
+                    outcome=Outcome.INFRA_FAILED,
                     detail="abandoned",
-                ),
-                exhausted=True,
+                    reason=f"no report from try {rec.try_number}: its worker was lost or killed",
+                )
+                self.ledger.record_attempt(rec)
+            if self._in_round(rec, round_start) and rec.outcome is not None:
+                history.append(rec.outcome)
+        return history
+
+    def _in_round(self, rec: AttemptRecord, round_start: int) -> bool:
+        return rec.task_id == self.task_id and rec.try_number >= round_start and rec.ended
+
+    def _round_history(self, round_start: int, *, excluding: int) -> list[Outcome]:
+        """The outcomes of the task's ended attempts in its current round, but attempt ``excluding``."""
+        return [
+            rec.outcome
+            for rec in self.ledger.attempts(dict(self.case)["case_id"], self.phase)
+            if self._in_round(rec, round_start) and rec.outcome is not None and rec.attempt != excluding
+        ]
+
+    def _admit(self, template: AttemptRecord, runtime: PhaseRuntime, history: list[Outcome]) -> None:
+        decision = policy.admit(history, runtime.retry, self.role, gpus=runtime.gpus)
+        if decision.action is Action.EXHAUSTED:
+            # Only lost workers' attempts (settled above) can get here: nothing else raised for them.
+            result = AttemptResult(
+                decision.outcome, reason="lost workers used up the infrastructure budget", detail="abandoned"
             )
+            self._commit_failure_and_raise(template, result, decision)
 
     # -- end ----------------------------------------------------------------------------------------
     def end_attempt(
@@ -313,37 +306,32 @@ class PhaseLifecycle:
         )
         self.ledger.record_attempt(rec)
         self._observe(rec, attempt)
-        outcome = result.outcome
-        where = self._where(attempt.attempt)
-        if outcome.produced_output:
+        decision = policy.decide(
+            self._round_history(rec.round_start, excluding=rec.attempt),
+            result.outcome,
+            attempt.runtime.retry,
+            self.role,
+            detail=result.detail,
+            gpus=attempt.runtime.gpus,
+            last_try=int(ti.try_number) > int(getattr(ti, "max_tries", self.retries or 0) or 0),
+        )
+        if decision.action is Action.COMMIT:
             committed = self._commit(rec, result, attempt)
-            if outcome is Outcome.SCENARIO_FAILED:
-                self.log.warning("%s: the driving software failed the scenario (recorded as a result)", where)
+            if result.outcome is Outcome.SCENARIO_FAILED:
+                self.log.warning(
+                    "%s: the driving software failed the scenario (recorded as a result)", self._where(attempt.attempt)
+                )
             return committed
-        if outcome in (Outcome.BAD_INPUT, Outcome.BAD_BUILD):
-            self._commit_failure_and_raise(rec, result, exhausted=False)
-        counts = self._round_counts(rec.round_start)
-        budgets = self._budgets(attempt.runtime)
-        cls = outcome.value
-        retry = attempt.runtime.retry
-        if (
-            cls == Outcome.PREEMPTED.value
-            and self.role == ROLE_SPOT
-            and retry.preemption > 0
-            and counts[cls] >= retry.on_demand_after_preemptions
-        ):
+        if decision.action is Action.HAND_OVER:
             from avsim.operators.exceptions import PhaseFallbackToOnDemand
 
             context["ti"].xcom_push(key=HANDOVER_XCOM, value={"case": dict(self.case), "run": dict(self.run)})
             raise PhaseFallbackToOnDemand(
-                f"{where} was preempted {counts[cls]} times on spot nodes: the next attempt runs on on-demand "
-                f"nodes ({self.task_id}_on_demand)"
+                f"{self._where(attempt.attempt)} was {decision.describe()} ({self.task_id}{ON_DEMAND_SUFFIX})"
             )
-        final_try = int(ti.try_number) > int(getattr(ti, "max_tries", self.retries or 0) or 0)
-        if counts.get(cls, 0) > budgets.get(cls, 0) or final_try:
-            self._commit_failure_and_raise(rec, result, exhausted=True, counts=counts, budgets=budgets)
-        delay = attempt.runtime.retry.delay_for(cls, counts.get(cls, 1))
-        self._raise_retriable(rec, result, dt.timedelta(seconds=delay), counts, budgets)
+        if decision.action is Action.RETRY:
+            self._raise_retriable(rec, result, decision)
+        self._commit_failure_and_raise(rec, result, decision)
         raise AssertionError("unreachable")
 
     def _observe(self, rec: AttemptRecord, attempt: PhaseAttempt) -> None:
@@ -383,54 +371,33 @@ class PhaseLifecycle:
             self.cache.store(final.cache_key, final)
         return self._xcom(final)
 
-    def _commit_failure_and_raise(
-        self,
-        rec: AttemptRecord,
-        result: AttemptResult,
-        *,
-        exhausted: bool,
-        counts: Mapping[str, int] | None = None,
-        budgets: Mapping[str, int] | None = None,
-    ) -> None:
-        from avsim.operators import exceptions as exc
+    def _commit_failure_and_raise(self, rec: AttemptRecord, result: AttemptResult, decision: Decision) -> None:
+        from avsim.operators.exceptions import FAILURE_EXCEPTIONS
 
         self.ledger.commit(self._outcome_record(rec, result, output=False))
         where = self._where(rec.attempt or None)
         what = f"{result.reason or result.outcome.value}" + (f" [{rec.runner}]" if rec.runner else "")
-        if result.outcome is Outcome.BAD_INPUT:
-            raise exc.PhaseBadInput(f"{where} rejected its input: {what}")
-        if result.outcome is Outcome.BAD_BUILD:
-            cls = exc.DETAIL_EXCEPTIONS.get(result.detail, exc.PhaseBadBuild)
-            raise cls(f"{where}: bad build {self.run.get('build_id')}: {what}")
+        assert decision.failure is not None
+        cls = FAILURE_EXCEPTIONS[decision.failure]
+        if decision.action is Action.FAIL_FAST:
+            if result.outcome is Outcome.BAD_BUILD:
+                raise cls(f"{where}: bad build {self.run.get('build_id')}: {what}")
+            raise cls(f"{where} rejected its input: {what}")
         klass = result.outcome.value + (f"/{result.detail}" if result.detail else "")
-        used = ""
-        if counts is not None and budgets is not None:
-            n, budget = counts.get(result.outcome.value, 0), budgets.get(result.outcome.value, 0)
-            used = f"; {n} {result.outcome.value} attempts with a budget of {budget} retries"
-        tail = "; no retries left" if exhausted else ""
-        raise exc.PhaseBudgetExhausted(f"{where} failed ({klass}): {what}{used}{tail}")
+        raise cls(f"{where} failed ({klass}): {what}; {decision.describe()}")
 
-    def _raise_retriable(
-        self,
-        rec: AttemptRecord,
-        result: AttemptResult,
-        delay: dt.timedelta,
-        counts: Mapping[str, int],
-        budgets: Mapping[str, int],
-    ) -> None:
-        from avsim.operators import exceptions as exc
+    def _raise_retriable(self, rec: AttemptRecord, result: AttemptResult, decision: Decision) -> None:
+        from avsim.operators.exceptions import FAILURE_EXCEPTIONS, PhaseRetriable
 
-        default = exc.PhasePreempted if result.outcome is Outcome.PREEMPTED else exc.PhaseInfrastructureError
-        cls = exc.DETAIL_EXCEPTIONS.get(result.detail, default)
-        if not issubclass(cls, exc.PhaseRetriable):
-            cls = default
-        klass = result.outcome.value
+        assert decision.failure is not None
+        cls = FAILURE_EXCEPTIONS[decision.failure]
+        assert issubclass(cls, PhaseRetriable), cls
+        klass = result.outcome.value + (f"/{result.detail}" if result.detail else "")
         runner = f" [{rec.runner}]" if rec.runner else ""
         raise cls(
-            f"{self._where(rec.attempt)} {klass}{'/' + result.detail if result.detail else ''}{runner}: "
-            f"{result.reason or 'no reason given'} ({counts.get(klass, 0)} of {budgets.get(klass, 0)} {klass} "
-            f"retries used; next try in {delay.total_seconds():g}s)",
-            retry_delay=delay,
+            f"{self._where(rec.attempt)} {klass}{runner}: {result.reason or 'no reason given'} "
+            f"({decision.describe()})",
+            retry_delay=dt.timedelta(seconds=decision.delay_seconds),
         )
 
     def _fail_without_launch(
@@ -441,8 +408,9 @@ class PhaseLifecycle:
             claimed, state="ended", ended_at=_now().isoformat(), outcome=outcome, detail=detail, reason=reason
         )
         self.ledger.record_attempt(ended)
+        result = AttemptResult(outcome, reason=reason, detail=detail)
         self._commit_failure_and_raise(
-            ended, AttemptResult(outcome, reason=reason, detail=detail), exhausted=False
+            ended, result, Decision(Action.FAIL_FAST, outcome, policy.failure_for(outcome, detail))
         )
         raise AssertionError("unreachable")
 
@@ -486,7 +454,7 @@ class PhaseLifecycle:
     def take_over(self, context: Any) -> None:
         """An on-demand twin takes the case and the run its spot task handed over (the twin has no other
         upstream, so its trigger rule can say "run only when the spot task handed over")."""
-        if self.role != ROLE_ON_DEMAND:
+        if self.role is not Role.ON_DEMAND:
             return
         ti = context["ti"]
         spot = self.task_id[: -len(ON_DEMAND_SUFFIX)]
@@ -523,7 +491,5 @@ class PhaseLifecycle:
         return {"metrics": metrics} if isinstance(metrics, dict) else {}
 
     @staticmethod
-    def node_class_for(gpus: int, role: str) -> str:
-        if not gpus:
-            return NODE_CPU
-        return NODE_ON_DEMAND if role == ROLE_ON_DEMAND else NODE_SPOT
+    def node_class_for(gpus: int, role: Role) -> str:
+        return policy.node_class_for(gpus, role)

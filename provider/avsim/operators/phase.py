@@ -29,10 +29,10 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from avsim.operators.lifecycle import AttemptResult, PhaseLifecycle
-from avsim.operators.retry import ROLE_REGULAR
 from avsim.phases import contract
 from avsim.phases.attempt import PhaseAttempt
 from avsim.phases.contract import Outcome, classify_exit_code
+from avsim.phases.policy import Role
 from avsim.ui.links import PHASE_LINKS
 
 #: The lines of a phase's output kept for the ledger's ``reason`` when it fails.
@@ -71,7 +71,7 @@ class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
         run: Any,
         upstream_phases: Mapping[str, str | Sequence[str]] | None = None,
         inputs: Any = None,
-        role: str = ROLE_REGULAR,
+        role: Role | str = Role.REGULAR,
         gpus: int = 0,
         reuse_outputs: bool = True,
         **kwargs: Any,
@@ -82,9 +82,9 @@ class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
         self.run = run
         self.upstream_phases = upstream_task_ids(upstream_phases)
         self.inputs = inputs
-        self.role = role
+        self.role = Role(role)
         self.gpus = gpus
-        self.node_class = self.node_class_for(gpus, role)
+        self.node_class = self.node_class_for(gpus, self.role)
         self.reuse_outputs = reuse_outputs
 
     def execute(self, context: Any) -> dict[str, Any]:

@@ -4,11 +4,13 @@ Airflow gives a task one retry count and one backoff. avsim's phases have one bu
 backoff per failure class (infrastructure, preemption; bad input and a failed scenario are never
 retried). The split of work:
 
-* the task's ``retries`` is the sum of the class budgets it may use (:func:`task_retries`), so
-  Airflow never stops a phase before one of its budgets is used up;
-* the phase's lifecycle (:mod:`avsim.operators.lifecycle`) counts the failures of each class in
-  the task's current round of tries from the ledger, fails fast (``PhaseBudgetExhausted``) when
-  a class's budget is used up, and raises a retriable exception carrying that class's delay;
+* the task's ``retries`` is the sum of the class budgets it may use
+  (:func:`avsim.phases.policy.task_retries`), so Airflow never stops a phase before one of its
+  budgets is used up;
+* the failure policy (:func:`avsim.phases.policy.decide`) decides from the task's attempts in its
+  current round of tries whether to retry, after which delay, or to give up; the phase's
+  lifecycle (:mod:`avsim.operators.lifecycle`) raises the exception the decision names, a
+  retriable one carrying that class's delay;
 * :class:`PhaseRetryPolicy` (a ``RetryPolicy``, evaluated in the worker) hands that delay to
   Airflow. A try the scheduler fails for a missed heartbeat (a lost worker) never reaches a
   policy: Airflow retries it after the task's ``retry_delay`` (the infrastructure delay), and the
@@ -23,25 +25,6 @@ from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
 from avsim.operators.exceptions import PhaseRetriable
 
-#: Roles of a phase task: a phase with no on-demand twin, a GPU phase's spot task, its on-demand twin.
-ROLE_REGULAR = "regular"
-ROLE_SPOT = "spot"
-ROLE_ON_DEMAND = "on_demand"
-
-
-def preemption_budget(role: str, preemption: int, on_demand_after: int) -> int:
-    """Preemptions a task of ``role`` may absorb (the spot task hands over after ``on_demand_after``)."""
-    if role == ROLE_SPOT:
-        return min(preemption, on_demand_after)
-    if role == ROLE_ON_DEMAND:
-        return max(0, preemption - on_demand_after)
-    return preemption
-
-
-def task_retries(role: str, infrastructure: int, preemption: int, on_demand_after: int) -> int:
-    """Airflow ``retries`` of a phase task: every failure its class budgets allow."""
-    return infrastructure + preemption_budget(role, preemption, on_demand_after)
-
 
 class PhaseRetryPolicy(RetryPolicy):
     """Retry a phase after the delay its failure class asks for; anything else: Airflow's default."""
@@ -52,7 +35,7 @@ class PhaseRetryPolicy(RetryPolicy):
         if isinstance(exception, PhaseRetriable):
             return RetryDecision.retry(
                 delay=exception.retry_delay,
-                reason=f"{exception.failure_class}: retry after {exception.retry_delay}",
+                reason=f"{exception.outcome.value}: retry after {exception.retry_delay}",
             )
         return RetryDecision.default()
 

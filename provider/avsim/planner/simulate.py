@@ -16,10 +16,11 @@ What it models, as the scheduler and the DAGs do:
   ``held_overhead_seconds`` before its work (task process, ledger, commit); the rest is latency
   from the moment it could run (its upstream's end) to its being queued, holding nothing.
   Preemptions and failures strike during the work;
-- **failures**: spot preemptions (Poisson per GPU-hour), lost work back to the last checkpoint,
-  retry after the phase's preemption delay, on-demand after ``on_demand_after_preemptions``;
-  infrastructure failures retried with the phase's backoff; a phase out of budget fails and its
-  downstream phases never run (its case still ends, as failed).
+- **failures**: spot preemptions (Poisson per GPU-hour), lost work back to the last checkpoint;
+  what follows a failure is the real failure policy's decision (:func:`avsim.phases.policy.decide`):
+  retry after the class's delay within the task's budgets, hand a GPU phase over to its on-demand
+  twin (which starts at once, with budgets of its own) after ``on_demand_after_preemptions``; a
+  phase out of budget fails and its downstream phases never run (its case still ends, as failed).
 
 One event heap; no time steps. Every random draw is keyed by (seed, task, attempt), see
 :func:`avsim.planner.options.unit`.
@@ -32,6 +33,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, Outcome
+from avsim.phases.policy import Action, Role, decide, node_class_for
 from avsim.planner.options import (
     SALT_FAIL,
     SALT_FAIL_AT,
@@ -46,6 +49,8 @@ from avsim.planner.workload import PhaseWork, Workload
 
 SPOT, ON_DEMAND, CPU = 0, 1, 2
 POOL_NAMES = ("GPU spot", "GPU on-demand", "CPU")
+#: The pool of each node class the failure policy places an attempt on.
+POOL_OF_NODE = {NODE_SPOT: SPOT, NODE_ON_DEMAND: ON_DEMAND, NODE_CPU: CPU}
 # Event kinds; at equal times, completions are handled before retries become ready.
 _END, _PREEMPT, _FAIL, _READY, _SHARD, _QUEUE = 0, 1, 2, 3, 4, 5
 
@@ -240,8 +245,10 @@ class _Simulation:
         self.started = [0.0] * n
         self.pool = [0] * n
         self.tries = [0] * n
-        self.preempted = [0] * n
-        self.failed = [0] * n
+        # The failure policy's view of each phase: its task's role (a GPU phase starts as the spot
+        # task and may be handed to its on-demand twin) and the failures of that task's attempts.
+        self.role = [Role.SPOT if g else Role.REGULAR for g in self.gpus]
+        self.history: list[list[Outcome]] = [[] for _ in range(n)]
         self.dead = [False] * n
 
     # -- the loop -------------------------------------------------------------------------------
@@ -319,11 +326,7 @@ class _Simulation:
             self._queue(t)
 
     def _queue(self, t: int) -> None:
-        if self.gpus[t]:
-            pool = ON_DEMAND if self.preempted[t] >= self.phase[t].retry.on_demand_after_preemptions else SPOT
-        else:
-            pool = CPU
-        self.pool[t] = pool
+        pool = self.pool[t] = POOL_OF_NODE[node_class_for(self.gpus[t], self.role[t])]
         self.seq += 1
         heapq.heappush(self.queues[self.case_shard[self.task_case[t]]][pool], (*self.prefix[t], self.seq, t))
 
@@ -403,21 +406,17 @@ class _Simulation:
         if self.gpus[t]:
             self.stats["lost"] += (done - saved) * self.gpus[t]
         self.progress[t] = saved
-        retry = self.phase[t].retry
-        if kind == _PREEMPT:
-            self.stats["pre"] += 1
-            self.preempted[t] += 1
-            if self.preempted[t] > retry.preemption:
-                self._finish(t, False, now)
-            else:
-                self._push(now + retry.delay_for("preempted", self.preempted[t]), _READY, t)
+        outcome = Outcome.PREEMPTED if kind == _PREEMPT else Outcome.INFRA_FAILED
+        self.stats["pre" if kind == _PREEMPT else "fail"] += 1
+        decision = decide(self.history[t], outcome, self.phase[t].retry, self.role[t], gpus=self.gpus[t])
+        self.history[t].append(outcome)
+        if decision.action is Action.HAND_OVER:  # the twin starts at once, with budgets of its own
+            self.role[t], self.history[t] = Role.ON_DEMAND, []
+            self._push(now, _READY, t)
+        elif decision.action is Action.RETRY:
+            self._push(now + decision.delay_seconds, _READY, t)
         else:
-            self.stats["fail"] += 1
-            self.failed[t] += 1
-            if self.failed[t] > retry.infrastructure:
-                self._finish(t, False, now)
-            else:
-                self._push(now + retry.delay_for("infrastructure", self.failed[t]), _READY, t)
+            self._finish(t, False, now)
 
     def _finish(self, t: int, ok: bool, now: float) -> None:
         c = self.task_case[t]
