@@ -19,9 +19,11 @@ from typing import Any
 
 from avsim.artifacts import RunLayout
 from avsim.errors import AvsimError
+from avsim.phases.contract import RESULTS as RESULT_OUTCOMES
+from avsim.phases.contract import values
 
 #: Case outcomes that are results (kept), not failures (rerun).
-RESULTS = ("passed", "scenario_failed")
+RESULTS = values(RESULT_OUTCOMES)
 
 
 @dataclass(frozen=True)

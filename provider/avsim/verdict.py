@@ -19,19 +19,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from avsim.phases.contract import Outcome
+from avsim.phases.contract import ENDED, FAILURE_ORDER, NOT_RUN, RESULTS, Outcome, values
 
-#: Case outcomes that are results, not problems.
-RESULTS = frozenset({Outcome.PASSED.value, Outcome.SCENARIO_FAILED.value})
 #: Case outcomes that need an engineer, most specific first (the order lines list them in).
-NEEDS_ATTENTION = (
-    Outcome.BAD_BUILD.value,
-    Outcome.BAD_INPUT.value,
-    Outcome.INFRA_FAILED.value,
-    Outcome.PREEMPTED.value,
-)
+NEEDS_ATTENTION = values(tuple(o for o in FAILURE_ORDER if o not in RESULTS))
 #: Every case outcome, results first (the order counts list them in).
-CASE_OUTCOMES = (Outcome.PASSED.value, Outcome.SCENARIO_FAILED.value, *NEEDS_ATTENTION)
+CASE_OUTCOMES = values(ENDED)
 #: A case of a shard the week never started (canary gate failed, breaker open).
 NOT_STARTED = "not_started"
 #: How many case/phase pairs a line names.
@@ -40,7 +33,7 @@ EXAMPLES = 3
 
 def needs_attention(case_outcome: str) -> bool:
     """Whether a case that ended with ``case_outcome`` needs an engineer (anything but a result)."""
-    return case_outcome not in RESULTS
+    return case_outcome not in values(RESULTS)
 
 
 def failing_phase(case: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -48,7 +41,7 @@ def failing_phase(case: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     phases: Mapping[str, Any] = case.get("phases") or {}
     outcome = case.get("outcome")
     if outcome == Outcome.INFRA_FAILED.value:
-        wanted: tuple[str, ...] = (Outcome.INFRA_FAILED.value, "not_run", Outcome.UPSTREAM_FAILED.value)
+        wanted: tuple[str, ...] = (Outcome.INFRA_FAILED.value, NOT_RUN, Outcome.UPSTREAM_FAILED.value)
     else:
         wanted = (str(outcome),)
     for target in wanted:  # an infra failure beats the not-run phases it caused

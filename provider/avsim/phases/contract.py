@@ -112,6 +112,37 @@ class Outcome(str, Enum):
         return self in (Outcome.INFRA_FAILED, Outcome.BAD_BUILD)
 
 
+#: Every class an attempt can end in, in the order counts, legends and tables list them: results first.
+ENDED: tuple[Outcome, ...] = (
+    Outcome.PASSED,
+    Outcome.SCENARIO_FAILED,
+    Outcome.BAD_INPUT,
+    Outcome.INFRA_FAILED,
+    Outcome.PREEMPTED,
+    Outcome.BAD_BUILD,
+)
+#: The regression run's results: classes that never need an engineer.
+RESULTS: frozenset[Outcome] = frozenset(o for o in ENDED if o.produced_output)
+#: Failures in the order lists give them (and the class a case takes when its phases failed in
+#: several ways): what needs an engineer first, a failed scenario last.
+FAILURE_ORDER: tuple[Outcome, ...] = (
+    Outcome.BAD_BUILD,
+    Outcome.BAD_INPUT,
+    Outcome.INFRA_FAILED,
+    Outcome.PREEMPTED,
+    Outcome.SCENARIO_FAILED,
+)
+#: A phase of a case that never ran because the case stopped before it (not an attempt's class).
+NOT_RUN = "not_run"
+
+
+def values(outcomes: tuple[Outcome, ...] | frozenset[Outcome]) -> tuple[str, ...]:
+    """The serialized names of ``outcomes`` (in their order; a set's in :data:`ENDED` order)."""
+    if isinstance(outcomes, frozenset):
+        return tuple(o.value for o in ENDED if o in outcomes)
+    return tuple(o.value for o in outcomes)
+
+
 def classify_exit_code(code: int) -> Outcome:
     """Map a phase process's exit code (negative for a signal) to its outcome class."""
     if code == EXIT_PASSED:

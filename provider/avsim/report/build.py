@@ -22,25 +22,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from avsim.artifacts import RunLayout
-from avsim.report.cases import ENDED, case_row, parse_time
+from avsim.phases.contract import ENDED, FAILURE_ORDER, NOT_RUN, Outcome, values
+from avsim.report.cases import case_row, parse_time
 from avsim.verdict import NOT_STARTED, failing_phase
 
 #: Case-level outcomes, in the order totals list them.
-CASE_OUTCOMES = (
-    "passed",
-    "scenario_failed",
-    "bad_input",
-    "infra_failed",
-    "preempted",
-    "bad_build",
-    NOT_STARTED,
-)
+CASE_OUTCOMES = (*values(ENDED), NOT_STARTED)
 #: Phase-level outcomes, in the order tables list them.
-PHASE_OUTCOMES = (*CASE_OUTCOMES, "upstream_failed", "not_run")
+PHASE_OUTCOMES = (*CASE_OUTCOMES, Outcome.UPSTREAM_FAILED.value, NOT_RUN)
 #: Phase outcomes that carry a duration worth counting (the phase ran and ended).
-TIMED_OUTCOMES = ENDED
+TIMED_OUTCOMES = values(ENDED)
 #: Order of failed cases: the ones that need an engineer first.
-_FAILURE_ORDER = {"bad_build": 0, "bad_input": 1, "infra_failed": 2, "preempted": 3, "scenario_failed": 4}
+_FAILURE_ORDER = {o.value: i for i, o in enumerate(FAILURE_ORDER)}
+_PASSED = Outcome.PASSED.value
 #: Most points of the progress timeline kept in report.json.
 TIMELINE_POINTS = 200
 REPORT_SCHEMA = "avsim/report/v2"
@@ -128,10 +122,10 @@ def build_report(
             if cid in seen:  # a shard summarized twice (a rerun): count the case once
                 continue
             seen.add(cid)
-            outcome, graph = str(case.get("outcome", "infra_failed")), str(case.get("graph") or "")
+            outcome, graph = str(case.get("outcome", Outcome.INFRA_FAILED.value)), str(case.get("graph") or "")
             totals[outcome] = totals.get(outcome, 0) + 1
             for phase, entry in (case.get("phases") or {}).items():
-                p_out = str(entry.get("outcome", "not_run"))
+                p_out = str(entry.get("outcome", NOT_RUN))
                 _count(overall, phase, p_out)
                 _count(by_graph.setdefault(graph, {}), phase, p_out)
                 n = int(entry.get("attempts") or 0)
@@ -142,9 +136,9 @@ def build_report(
                 seconds = entry.get("duration_seconds")
                 if p_out in TIMED_OUTCOMES and isinstance(seconds, int | float):
                     durations.setdefault(phase, []).append(float(seconds))
-            failing = failing_phase(case) if outcome != "passed" else ("", {})
+            failing = failing_phase(case) if outcome != _PASSED else ("", {})
             rows.append(case_row(case, head, failing, summary.get("shard")))
-            if outcome != "passed":
+            if outcome != _PASSED:
                 phase, entry = failing
                 failed.append(
                     {

@@ -13,6 +13,9 @@ import io
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from avsim.phases.contract import ENDED as ENDED_OUTCOMES
+from avsim.phases.contract import Outcome, values
+
 #: The fixed columns of ``cases.csv``; then one ``<phase>_seconds`` column per phase seen in the week.
 BASE_COLUMNS = (
     "case_id",
@@ -32,7 +35,8 @@ BASE_COLUMNS = (
     "shard",
 )
 #: Phase outcomes after which a phase counts as having ended (and its attempt as having run).
-ENDED = ("passed", "scenario_failed", "bad_input", "infra_failed", "preempted", "bad_build")
+ENDED = values(ENDED_OUTCOMES)
+_PASSED = Outcome.PASSED.value
 
 
 def parse_time(value: Any) -> dt.datetime | None:
@@ -100,9 +104,9 @@ def case_row(
         "scenario_uri": "",
         "scenario_version": "",
         "outcome": outcome,
-        "failing_phase": phase if outcome != "passed" else "",
-        "failing_class": str(entry.get("outcome") or "") if outcome != "passed" else "",
-        "reason": str(entry.get("reason") or "") if outcome != "passed" else "",
+        "failing_phase": phase if outcome != _PASSED else "",
+        "failing_class": str(entry.get("outcome") or "") if outcome != _PASSED else "",
+        "reason": str(entry.get("reason") or "") if outcome != _PASSED else "",
         "attempts": attempts,
         "retried_phases": retried,
         "seconds": round(seconds, 3),

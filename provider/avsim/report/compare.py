@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from avsim.artifacts import RunLayout, week_index_uri
+from avsim.phases.contract import Outcome
 from avsim.report.cases import from_csv
 
 #: The most entries of each list kept in report.json (the counts are always complete).
@@ -58,8 +59,8 @@ def compare_cases(
             continue
         counts["matched"] += 1
         counts[f"by_{matched_by}"] += 1
-        now_ok = row.get("outcome") == "passed"
-        was_ok = before.get("outcome") == "passed"
+        now_ok = row.get("outcome") == Outcome.PASSED.value
+        was_ok = before.get("outcome") == Outcome.PASSED.value
         entry = {
             "case_id": cid,
             "previous_case_id": str(before.get("case_id")),

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from html import escape
 from typing import Any
 
+from avsim.phases.contract import Outcome
 from avsim.report.build import CASE_OUTCOMES, PHASE_OUTCOMES
 
 #: The failed-cases table lists at most this many rows; report.json has them all.
@@ -13,7 +14,7 @@ MAX_FAILED_ROWS = 2000
 #: The comparison tables list at most this many rows each; report.json has more.
 MAX_COMPARED_ROWS = 500
 #: Outcome cards shown even at zero; the rarer classes only when they occurred.
-_ALWAYS_SHOWN = ("passed", "scenario_failed", "bad_input", "infra_failed")
+_ALWAYS_SHOWN = tuple(o.value for o in (Outcome.PASSED, Outcome.SCENARIO_FAILED, Outcome.BAD_INPUT, Outcome.INFRA_FAILED))
 _PLOT_CAPTIONS = {
     "progress": "Cases finished over time against the planned pace and the deadline; GPUs busy",
     "durations": "Duration of each phase (box: quartiles, whiskers: 5th-95th percentile)",

@@ -11,6 +11,7 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from avsim.phases.contract import Outcome
 from avsim.report.cases import parse_time
 
 if TYPE_CHECKING:
@@ -18,13 +19,14 @@ if TYPE_CHECKING:
 
 #: Outcome class -> colour (the same as the HTML page's).
 COLOURS = {
-    "passed": "#1c7c3c",
-    "scenario_failed": "#b35c00",
-    "bad_input": "#a1127b",
-    "infra_failed": "#c0262d",
-    "preempted": "#6a4fb3",
-    "bad_build": "#5b2a0e",
+    Outcome.PASSED.value: "#1c7c3c",
+    Outcome.SCENARIO_FAILED.value: "#b35c00",
+    Outcome.BAD_INPUT.value: "#a1127b",
+    Outcome.INFRA_FAILED.value: "#c0262d",
+    Outcome.PREEMPTED.value: "#6a4fb3",
+    Outcome.BAD_BUILD.value: "#5b2a0e",
 }
+_PASSED, _ALARM = Outcome.PASSED.value, Outcome.INFRA_FAILED.value
 PLOTS = {"progress": "progress.svg", "durations": "durations.svg", "failures": "failures.svg"}
 
 
@@ -57,12 +59,12 @@ def progress_svg(
     fig, ax = plt.subplots(figsize=(9, 3.6))
     xs = [times[0], *times]
     ys = [0, *range(1, len(times) + 1)]
-    ax.step(xs, ys, where="post", color=COLOURS["passed"], linewidth=1.6, label="cases finished")
+    ax.step(xs, ys, where="post", color=COLOURS[_PASSED], linewidth=1.6, label="cases finished")
     if planned:
         ax.axhline(planned, color="#5b6475", linestyle="--", linewidth=1, label=f"planned ({planned:,})")
     due = parse_time(deadline)
     if due is not None and due - times[-1] < dt.timedelta(days=14):
-        ax.axvline(due, color=COLOURS["infra_failed"], linestyle=":", linewidth=1.4, label="deadline")
+        ax.axvline(due, color=COLOURS[_ALARM], linestyle=":", linewidth=1.4, label="deadline")
     ax.set_ylabel("cases finished")
     ax.set_xlabel("time (UTC)")
     ax.set_ylim(bottom=0)
@@ -82,7 +84,7 @@ def timeline_svg(timeline: Timeline) -> str | None:
     )
     if timeline.finished:
         xs, ys = zip(*timeline.finished, strict=True)
-        top.step(xs, ys, where="post", color=COLOURS["passed"], linewidth=1.6, label="cases finished")
+        top.step(xs, ys, where="post", color=COLOURS[_PASSED], linewidth=1.6, label="cases finished")
     if timeline.planned:
         xs, ys = zip(*timeline.planned, strict=True)
         top.plot(xs, ys, color="#5b6475", linestyle="--", linewidth=1, label="planned pace")
@@ -90,8 +92,8 @@ def timeline_svg(timeline: Timeline) -> str | None:
         top.axhline(timeline.planned_cases, color="#b7bcc6", linewidth=0.8)
     if timeline.deadline is not None:
         for ax in (top, bottom):
-            ax.axvline(timeline.deadline, color=COLOURS["infra_failed"], linestyle=":", linewidth=1.4)
-        top.plot([], [], color=COLOURS["infra_failed"], linestyle=":", label="deadline")
+            ax.axvline(timeline.deadline, color=COLOURS[_ALARM], linestyle=":", linewidth=1.4)
+        top.plot([], [], color=COLOURS[_ALARM], linestyle=":", label="deadline")
     top.set_ylabel("cases")
     top.set_ylim(bottom=0)
     top.grid(alpha=0.3)
@@ -153,7 +155,7 @@ def failures_svg(rows: Sequence[Mapping[str, Any]]) -> str | None:
     table: dict[str, dict[str, int]] = {}
     for r in rows:
         outcome = str(r.get("outcome") or "")
-        if outcome and outcome != "passed":
+        if outcome and outcome != _PASSED:
             phase = str(r.get("failing_phase") or "?")
             per = table.setdefault(outcome, {})
             per[phase] = per.get(phase, 0) + 1

@@ -16,10 +16,12 @@ from typing import Any
 from urllib.parse import quote
 
 from avsim.artifacts import RunLayout, safe_key
+from avsim.phases.contract import RESULTS as RESULT_OUTCOMES
+from avsim.phases.contract import values
 from avsim.report.cases import from_csv
 
 #: Case outcomes that are results: a rerun case that ends in one no longer needs rerunning.
-RESULTS = ("passed", "scenario_failed")
+RESULTS = values(RESULT_OUTCOMES)
 SAME, NEW, UNKNOWN = "same", "new", "unknown"
 
 
