@@ -1,11 +1,11 @@
 """Every pod spec and Lease avsim builds is one the real API servers of the supported Kubernetes
 versions accept, in strict mode (no unknown field): their OpenAPI schemas, from kubernetes-validate.
 
-The pods come from ``KubernetesPhaseOperator.build_pod_request_obj`` (``dry_run``: no API), for
-every node class, each run class (weekly, adhoc, the canary shard run), checkpoints on and off, the
-on-demand twin of a GPU phase and the manifest's boldest pod overrides; the Lease from the
-operator's ``lease_request_obj``. Both are serialized as the kubernetes client sends them
-(``ApiClient().sanitize_for_serialization``).
+The pods come from :func:`avsim.kube.pod_spec.phase_pod`, for every node class, each run class
+(weekly, adhoc, the canary shard run), checkpoints on and off, the on-demand twin of a GPU phase
+and the manifest's boldest pod overrides, and one as the operator sends it (with the task
+instance's labels, ``dry_run``: no API); the Lease from :func:`avsim.kube.pods.lease_body`. Both
+are serialized as the kubernetes client sends them (``ApiClient().sanitize_for_serialization``).
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from kubernetes.client import ApiClient
 from tests.support.kube_api.schema import SUPPORTED_VERSIONS, violations
 
 from avsim.artifacts import RunLayout
-from avsim.kube import pods
+from avsim.kube import pod_spec, pods
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
 from avsim.operators.kubernetes import KubernetesPhaseOperator
 from avsim.phases.attempt import PhaseAttempt, PhaseRuntime
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT
-from avsim.phases.policy import Role
 from avsim.settings import KubernetesSettings
 
 KUBE = KubernetesSettings(
@@ -54,8 +53,8 @@ POD_OVERRIDES: dict[str, Any] = {
     "ephemeral_storage": "200Gi",
     "shm_size": "64Gi",
 }
-#: (gpus, role) of each node class: GPU phases on spot, their on-demand twin, CPU phases.
-PLACEMENTS = {NODE_SPOT: (1, Role.SPOT), NODE_ON_DEMAND: (1, Role.ON_DEMAND), NODE_CPU: (0, Role.REGULAR)}
+#: GPUs of the phase each node class runs: GPU phases on spot, their on-demand twin, CPU phases.
+PLACEMENTS = {NODE_SPOT: 1, NODE_ON_DEMAND: 1, NODE_CPU: 0}
 RUNS = {
     "weekly": ("weekly", "scheduled__2026-11-30__shard_0001"),
     "adhoc": ("adhoc", "manual__2026-12-01__shard_0000"),
@@ -70,10 +69,9 @@ def _sent(obj: Any) -> dict[str, Any]:
     return body
 
 
-def build(
-    node_class: str, run: str, *, checkpoint: bool, overrides: bool
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    gpus, role = PLACEMENTS[node_class]
+def attempt_for(node_class: str, run: str, *, checkpoint: bool, overrides: bool) -> PhaseAttempt:
+    """What begin_attempt returns for attempt 2 (see test_pod_security.py)."""
+    gpus = PLACEMENTS[node_class]
     phase = "simulate" if gpus else "prepare"  # a GPU phase, or a CPU one
     doc = sample_manifest(2, iso_week="2026-W49")
     phase_doc = doc["graphs"]["standard"]["phases"][phase]
@@ -84,44 +82,32 @@ def build(
     spec = m.graphs["standard"].phases[phase].model_dump(mode="json", by_alias=True)
     run_class, run_id = RUNS[run]
     case = m.cases[0]
-    run_doc = {
-        "run_key": f"avsim_{run_class}__{run_id}",
-        "artifact_root": "s3://avsim_s3@avsim-artifacts/avsim",
-        "build_id": m.run.build.build_id,
-        "image": m.run.build.image,
-        "run_class": run_class,
-    }
-    op = KubernetesPhaseOperator(
-        task_id=f"standard.{phase}" + ("_on_demand" if role == Role.ON_DEMAND else ""),
-        phase=phase,
-        case={"case_id": case.id, "seed": case.seed},
-        run=run_doc,
-        gpus=gpus,
-        role=role,
-        kube=KUBE,
-    )
-    assert op.node_class == node_class
-    attempt = PhaseAttempt(  # what begin_attempt returns for attempt 2 (see test_pod_security.py)
-        layout=RunLayout(run_doc["artifact_root"], run_doc["run_key"]),
+    attempt = PhaseAttempt(
+        layout=RunLayout("s3://avsim_s3@avsim-artifacts/avsim", f"avsim_{run_class}__{run_id}"),
         case={"case_id": case.id, "seed": case.seed, "parameters": case.parameters},
         phase=phase,
         attempt=2,
         runtime=PhaseRuntime.from_spec(spec),
-        build_id=run_doc["build_id"],
-        image=run_doc["image"],
+        build_id=m.run.build.build_id,
+        image=m.run.build.image,
         inputs={"prepare": "s3://avsim_s3@avsim-artifacts/avsim/runs/x/cases/c/prepare/attempt-1"},
-        node_class=op.node_class,
+        node_class=node_class,
     )
     assert bool(attempt.checkpoint_uri) == checkpoint
-    op._attempt = attempt
-    op._run_id = run_id
-    op.name = pods.pod_name(run_doc["run_key"], case.id, phase, 2)
-    ti = SimpleNamespace(dag_id=f"avsim_{run_class}_shard", task_id=op.task_id, map_index=3, try_number=2)
-    pod = _sent(
-        op.build_pod_request_obj({"ti": ti, "run_id": run_id, "dag": SimpleNamespace()}, dry_run=True)
+    return attempt
+
+
+def build(
+    node_class: str, run: str, *, checkpoint: bool, overrides: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    attempt = attempt_for(node_class, run, checkpoint=checkpoint, overrides=overrides)
+    run_class, run_id = RUNS[run]
+    pod = pod_spec.phase_pod(
+        attempt, namespace="avsim", priority=pod_spec.priority_key(run_class, run_id), kube=KUBE
     )
-    lease = op.lease_request_obj(attempt, "avsim", op.name)
-    return pod, lease
+    labels = pods.attempt_labels(attempt.layout.run_key, attempt.case_id, attempt.phase, 2, node_class)
+    lease = pods.lease_body(pod.metadata.name, "avsim", labels, attempt.runtime.lease_seconds)
+    return _sent(pod), lease
 
 
 CASES = [
@@ -171,3 +157,25 @@ def test_the_check_is_strict_and_knows_each_versions_fields() -> None:
     # appArmorProfile (1.30) is unknown to 1.29: the floor of SUPPORTED_VERSIONS is not arbitrary.
     assert SUPPORTED_VERSIONS[0] == "1.30"
     assert any("appArmorProfile" in v for v in violations(pod, ["1.29"]))
+
+
+@pytest.mark.parametrize("node_class", PLACEMENTS)
+def test_the_pod_the_operator_sends_is_valid_too(node_class: str) -> None:
+    """With what the stock operator adds (the task instance's identifying labels, Airflow's version)."""
+    attempt = attempt_for(node_class, "canary", checkpoint=True, overrides=True)
+    run_class, run_id = RUNS["canary"]
+    op = KubernetesPhaseOperator(
+        task_id=f"standard.{attempt.phase}",
+        phase=attempt.phase,
+        case={},
+        run={"run_class": run_class},
+        gpus=PLACEMENTS[node_class],
+        kube=KUBE,
+    )
+    ti = SimpleNamespace(dag_id=f"avsim_{run_class}_shard", task_id=op.task_id, map_index=3, try_number=2)
+    sent = _sent(
+        op.attempt_pod(attempt, {"ti": ti, "run_id": run_id, "dag": SimpleNamespace()}, dry_run=True)
+    )
+    assert violations(sent) == []
+    assert sent["metadata"]["labels"]["map_index"] == "3"
+    assert sent["spec"]["priorityClassName"] == KUBE.priority_classes["canary"]

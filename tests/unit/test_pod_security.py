@@ -1,8 +1,10 @@
 """The phase pod is hardened whatever a manifest asks: every allow-listed pod field at its boldest.
 
-``KubernetesPhaseOperator.build_pod_request_obj`` builds the V1Pod of a realistic attempt (a GPU
-phase on spot nodes, attempt 2, from a validated manifest whose phase sets every field
-``PodOverrides`` allows, with keys that collide with the names avsim and the stock operator use).
+:func:`avsim.kube.pod_spec.phase_pod` builds the V1Pod of a realistic attempt (a GPU phase on spot
+nodes, attempt 2, from a validated manifest whose phase sets every field ``PodOverrides`` allows,
+with keys that collide with the names avsim and the stock operator use); the operator's seam
+(``KubernetesPhaseOperator.attempt_pod``, what ``build_pod_request_obj`` sends) adds the task
+instance's identifying labels, which the manifest's cannot replace either.
 
 Hand-built here, in place of what a running task has: the :class:`PhaseAttempt` (the operator's
 ``begin_attempt`` builds it from the run's manifest snapshot and the ledger's claimed attempt
@@ -24,13 +26,14 @@ from pydantic import ValidationError
 from avsim.artifacts import RunLayout
 from avsim.errors import ManifestError
 from avsim.kube import pods
+from avsim.kube.pod_spec import SCRATCH_MOUNT, phase_pod
 from avsim.manifest.models import FORBIDDEN_POD_FIELDS, SANDBOX_KEY_PREFIXES, Manifest
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
-from avsim.operators.kubernetes import SCRATCH_MOUNT, KubernetesPhaseOperator
+from avsim.operators.kubernetes import KubernetesPhaseOperator
 from avsim.phases import contract
 from avsim.phases.attempt import PhaseAttempt, PhaseRuntime
-from avsim.phases.policy import Role
+from avsim.phases.contract import NODE_SPOT
 from avsim.settings import KubernetesSettings
 
 KUBE = KubernetesSettings(run_as_user=4242)
@@ -61,42 +64,34 @@ def _manifest(pod: dict[str, Any]) -> Manifest:
     return validate_manifest(doc)
 
 
-def _pod(pod_overrides: dict[str, Any] = BOLDEST_POD) -> tuple[k8s.V1Pod, PhaseAttempt]:
+RUN = {
+    "run_key": "avsim_weekly__scheduled__2026-11-30T06_00_00_00_00",
+    "artifact_root": "s3://avsim_s3@avsim-artifacts/avsim",
+    "run_class": "weekly",
+}
+
+
+def _attempt(pod_overrides: dict[str, Any] = BOLDEST_POD) -> PhaseAttempt:
+    """What begin_attempt returns for attempt 2 of a spot GPU phase (see the module docstring)."""
     m = _manifest(pod_overrides)
     spec = m.graphs["standard"].phases["simulate"].model_dump(mode="json", by_alias=True)
     case = m.cases[0]
-    run = {
-        "run_key": "avsim_weekly__scheduled__2026-11-30T06_00_00_00_00",
-        "artifact_root": "s3://avsim_s3@avsim-artifacts/avsim",
-        "build_id": m.run.build.build_id,
-        "image": m.run.build.image,
-        "run_class": "weekly",
-    }
-    op = KubernetesPhaseOperator(
-        task_id="simulate",
-        phase="simulate",
-        case={"case_id": case.id, "seed": case.seed},
-        run=run,
-        gpus=1,
-        role=Role.SPOT,
-        kube=KUBE,
-    )
-    attempt = PhaseAttempt(  # hand-built: begin_attempt's result for attempt 2 (see the module docstring)
-        layout=RunLayout(run["artifact_root"], run["run_key"]),
+    return PhaseAttempt(
+        layout=RunLayout(RUN["artifact_root"], RUN["run_key"]),
         case={"case_id": case.id, "seed": case.seed, "parameters": case.parameters},
         phase="simulate",
         attempt=2,
         runtime=PhaseRuntime.from_spec(spec),
-        build_id=run["build_id"],
-        image=run["image"],
+        build_id=m.run.build.build_id,
+        image=m.run.build.image,
         inputs={"prepare": "s3://avsim_s3@avsim-artifacts/avsim/runs/x/cases/c/prepare/attempt-1"},
-        node_class=op.node_class,
+        node_class=NODE_SPOT,
     )
-    op._attempt = attempt
-    op.name = pods.pod_name(run["run_key"], case.id, "simulate", 2)
-    ti = SimpleNamespace(dag_id="avsim_weekly_shard", task_id="standard.simulate", map_index=3, try_number=2)
-    context = {"ti": ti, "run_id": "scheduled__2026-11-30__shard_0001", "dag": SimpleNamespace()}
-    return op.build_pod_request_obj(context, dry_run=True), attempt
+
+
+def _pod(pod_overrides: dict[str, Any] = BOLDEST_POD) -> tuple[k8s.V1Pod, PhaseAttempt]:
+    attempt = _attempt(pod_overrides)
+    return phase_pod(attempt, namespace="avsim", priority="weekly", kube=KUBE), attempt
 
 
 def _walk(node: Any, path: str = "") -> list[tuple[str, Any]]:
@@ -181,21 +176,13 @@ def test_placement_identity_and_resources_come_from_avsim_not_from_the_manifest(
     assert res.limits["memory"] == attempt.runtime.memory and res.limits["ephemeral-storage"] == "200Gi"
 
 
-def test_labels_annotations_and_env_from_the_manifest_never_replace_avsims_or_the_operators() -> None:
+def test_labels_annotations_and_env_from_the_manifest_never_replace_avsims() -> None:
     pod, attempt = _pod()
     labels = pod.metadata.labels
     expected = pods.attempt_labels(attempt.layout.run_key, attempt.case_id, "simulate", 2, "gpu-spot")
     assert {k: labels[k] for k in expected} == expected
-    # The stock operator's identifying labels are the task instance's, whatever the manifest wrote.
-    assert (labels["dag_id"], labels["task_id"], labels["try_number"], labels["map_index"]) == (
-        "avsim_weekly_shard",
-        "standard.simulate",
-        "2",
-        "3",
-    )
-    assert labels["run_id"] != "other_run" and labels["kubernetes_pod_operator"] == "True"
-    assert labels["airflow_version"] != "1.0"
     assert labels["team"] == "simulation" and labels["app.kubernetes.io/name"] == "simulator"
+    assert pod.metadata.name == pods.pod_name(attempt.layout.run_key, attempt.case_id, "simulate", 2)
     assert pod.metadata.annotations == {
         "example.com/owner": "team-sim",
         "avsim-build": "forged",
@@ -209,6 +196,39 @@ def test_labels_annotations_and_env_from_the_manifest_never_replace_avsims_or_th
     assert env["LD_LIBRARY_PATH"] == "/opt/sim/lib"
     assert not any(e.value_from for e in pod.spec.containers[0].env), "no variable reads a Secret"
     assert not pod.spec.containers[0].env_from
+
+
+def test_the_operator_sends_that_pod_with_the_task_instances_identifying_labels() -> None:
+    """The seam: the stock operator's labels are the task instance's, whatever the manifest wrote;
+    everything else is the pod :func:`phase_pod` built."""
+    attempt = _attempt()
+    op = KubernetesPhaseOperator(
+        task_id="standard.simulate", phase="simulate", case={}, run=RUN, gpus=1, kube=KUBE
+    )
+    ti = SimpleNamespace(dag_id="avsim_weekly_shard", task_id="standard.simulate", map_index=3, try_number=2)
+    context = {"ti": ti, "run_id": "scheduled__2026-11-30__shard_0001", "dag": SimpleNamespace()}
+    sent = op.attempt_pod(attempt, context, dry_run=True)
+    labels = sent.metadata.labels
+    assert (labels["dag_id"], labels["task_id"], labels["try_number"], labels["map_index"]) == (
+        "avsim_weekly_shard",
+        "standard.simulate",
+        "2",
+        "3",
+    )
+    assert labels["run_id"] != "other_run" and labels["kubernetes_pod_operator"] == "True"
+    assert labels["airflow_version"] != "1.0"
+    built, _ = _pod()
+    stock = {"dag_id", "task_id", "run_id", "try_number", "map_index", "kubernetes_pod_operator"}
+    stock.add("airflow_version")
+    assert {k: v for k, v in labels.items() if k not in stock} == {
+        k: v for k, v in built.metadata.labels.items() if k not in stock
+    }
+    sent.metadata.labels = built.metadata.labels
+    assert sent.to_dict() == built.to_dict()
+    # The canary's shard run gets the canary's PriorityClass, any other run its run class's.
+    canary = op.attempt_pod(attempt, {**context, "run_id": "scheduled__2026-11-30__canary"}, dry_run=True)
+    assert canary.spec.priority_class_name == KUBE.priority_classes["canary"]
+    assert sent.spec.priority_class_name == KUBE.priority_classes["weekly"]
 
 
 @pytest.mark.parametrize("field", sorted(FORBIDDEN_POD_FIELDS))

@@ -40,7 +40,6 @@ from kubernetes.client.exceptions import ApiException
 from avsim.kube import pod_spec, pods
 from avsim.operators.lifecycle import PhaseLifecycle
 from avsim.operators.phase import upstream_task_ids
-from avsim.phases import contract
 from avsim.phases.attempt import PhaseAttempt
 from avsim.phases.contract import AttemptResult, Outcome
 from avsim.phases.policy import Role
