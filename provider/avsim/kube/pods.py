@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from avsim.phases.contract import NODE_SPOT, AttemptResult, Outcome, classify_exit_code
+from avsim.phases.heartbeat import lease_age
 
 #: Labels every avsim phase pod carries; the triggerer's shared watch selects on ``MANAGED``.
 LABEL_MANAGED = "avsim.io/managed"
@@ -149,6 +150,14 @@ def parse_time(value: Any) -> float | None:
         return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def pod_lease_age(pod: Mapping[str, Any], lease: Mapping[str, Any] | None, now: float) -> float:
+    """Seconds since the phase in ``pod`` last renewed its Lease (``spec.renewTime``), or since its
+    container started running when it has not renewed since (:func:`avsim.phases.heartbeat.lease_age`)."""
+    return lease_age(
+        now, renewed=parse_time(_get(lease, "spec", "renewTime")), started=parse_time(running_since(pod))
+    )
 
 
 def is_terminating(pod: Mapping[str, Any]) -> bool:

@@ -461,10 +461,8 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                     lease = self.coordination.read_namespaced_lease(name, ns)
                 except ApiException:
                     continue
-                renewed = lease.spec.renew_time.timestamp() if lease.spec and lease.spec.renew_time else None
-                started = pods.running_since(remote)
-                since = max(x for x in (renewed, _ts(started), 0.0) if x is not None)
-                if since and time.time() - since > attempt.runtime.lease_seconds:
+                lease_doc = self.client.api_client.sanitize_for_serialization(lease)
+                if pods.pod_lease_age(remote, lease_doc, time.time()) > attempt.runtime.lease_seconds:
                     end(
                         ns,
                         name,
@@ -479,9 +477,3 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
 
         threading.Thread(target=watch, name="avsim-lease-watchdog", daemon=True).start()
         return stop
-
-
-def _ts(value: str | None) -> float | None:
-    if not value:
-        return None
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()

@@ -32,6 +32,7 @@ from avsim.operators.lifecycle import AttemptResult, PhaseLifecycle
 from avsim.phases import contract
 from avsim.phases.attempt import PhaseAttempt
 from avsim.phases.contract import Outcome, classify_exit_code
+from avsim.phases.heartbeat import lease_age
 from avsim.phases.policy import Role
 from avsim.ui.links import PHASE_LINKS
 
@@ -247,9 +248,11 @@ def _die_with_parent() -> None:
 
 
 def _heartbeat_age(path: Path, started: float) -> float:
-    """Seconds since the phase last renewed its heartbeat (since it started, before the first beat)."""
+    """Seconds since the phase last renewed its heartbeat file (since it started, before the first
+    beat); ``started`` is on the monotonic clock."""
+    now = time.time()
     try:
-        age = time.time() - path.stat().st_mtime
+        renewed: float | None = path.stat().st_mtime
     except FileNotFoundError:
-        return time.monotonic() - started
-    return min(age, time.monotonic() - started)
+        renewed = None
+    return lease_age(now, renewed=renewed, started=now - (time.monotonic() - started))

@@ -44,6 +44,18 @@ def rfc3339_micro(when: dt.datetime | None = None) -> str:
     return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def lease_age(now: float, *, renewed: float | None, started: float | None) -> float:
+    """Seconds a running phase has gone without a heartbeat: since its last renewal, or since it
+    started when it has not renewed since (before its first beat); 0 when neither is known.
+
+    The one rule every watcher applies (the local worker to a heartbeat file's mtime, the Kubernetes
+    trigger and the operator's watchdog to a Lease's ``renewTime``); the phase's lease has expired when
+    this exceeds its ``lease_seconds``. All three times are seconds since the epoch.
+    """
+    last = max((t for t in (renewed, started) if t is not None), default=0.0)
+    return now - last if last else 0.0
+
+
 class Heartbeat:
     """Renews the attempt's heartbeat at most once per ``interval`` seconds."""
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from avsim.kube.pods import classify_pod, is_running, is_terminating, parse_time, running_since
+from avsim.kube.pods import classify_pod, is_running, is_terminating, parse_time, pod_lease_age
 
 #: How long a pod may be missing from a synced watch before it counts as gone (creation races).
 MISSING_GRACE_SECONDS = 30.0
@@ -192,7 +192,8 @@ class PhasePodTrigger(BaseTrigger):
                 if is_terminating(pod):
                     continue  # being deleted: it ends, or is found stuck (node_lost) above
                 if is_running(pod):
-                    if self.lease_seconds and self._lease_age(watch, pod, now) > self.lease_seconds:
+                    lease = watch.leases.items.get(self.pod_name)
+                    if self.lease_seconds and pod_lease_age(pod, lease, now) > self.lease_seconds:
                         return self._ended(
                             classify_pod(
                                 pod,
@@ -208,13 +209,6 @@ class PhasePodTrigger(BaseTrigger):
                         detail="startup_timeout",
                         reason=f"the pod stayed Pending for more than {self.startup_timeout:g}s (unschedulable or stuck)",
                     )
-
-    def _lease_age(self, watch: Any, pod: dict[str, Any], now: float) -> float:
-        lease = watch.leases.items.get(self.pod_name) or {}
-        renewed = parse_time((lease.get("spec") or {}).get("renewTime"))
-        started = parse_time(running_since(pod))
-        last = max(t for t in (renewed, started, 0.0) if t is not None)
-        return now - last if last else 0.0
 
     def _ended(self, result: Any) -> dict[str, Any]:
         return self._event(
