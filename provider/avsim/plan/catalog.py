@@ -14,13 +14,15 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from avsim.errors import ManifestError, Problem
-from avsim.manifest.models import GraphSpec, Name, PhaseSpec, RunPhaseSpec, _Strict
+from avsim.manifest.models import GraphSpec, Name, PhaseSpec, RunPhaseSpec
 
 
-class GraphCatalog(_Strict):
+class GraphCatalog(BaseModel):
+    """The catalog file: frozen, and any key it does not know is an error (as in the manifest)."""
+
     api_version: str = Field(default="avsim/v1", alias="apiVersion")
     graphs: dict[Name, GraphSpec] = Field(min_length=1)
     run_phases: dict[Name, RunPhaseSpec] = Field(default_factory=dict)
