@@ -429,6 +429,38 @@ def breaker_reset(
     typer.echo(f"breaker of {digest} closed (it was {doc['resets'][-1]['was']})")
 
 
+service_role_app = typer.Typer(
+    help="The least-privilege role of the account avsim's own REST calls log in as (FAB auth manager).",
+    no_args_is_help=True,
+)
+app.add_typer(service_role_app, name="service-role")
+
+
+@service_role_app.command("show")
+def service_role_show(
+    dag_id: list[str] = typer.Option(None, "--dag-id", help="A DAG the repair clears (default: avsim's four)."),
+) -> None:
+    """Print the permissions the role gets: the repair's, the deadline tracker's, the pool scaling's."""
+    from avsim.service_role import AVSIM_DAG_IDS, service_permissions
+
+    for permission in service_permissions(dag_id or AVSIM_DAG_IDS):
+        typer.echo(str(permission))
+
+
+@service_role_app.command("sync")
+def service_role_sync(
+    role: str = typer.Option("avsim-service", help="The FAB role to create or update."),
+    dag_id: list[str] = typer.Option(None, "--dag-id", help="A DAG the repair clears (default: avsim's four)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would change; change nothing."),
+) -> None:
+    """Create or update the FAB role so that it holds exactly those permissions (docs/deployment.md)."""
+    from avsim.service_role import AVSIM_DAG_IDS, service_permissions, sync_role
+
+    changes = sync_role(role, service_permissions(dag_id or AVSIM_DAG_IDS), dry_run=dry_run)
+    for line in changes.lines():
+        typer.echo(("(dry run) " if dry_run else "") + line)
+
+
 def main() -> None:
     try:
         app()

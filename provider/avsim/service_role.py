@@ -1,0 +1,115 @@
+"""The least-privilege role of the account avsim's own REST calls log in as (FAB auth manager).
+
+avsim calls Airflow's public REST API itself in three places, all through
+:class:`avsim.hooks.airflow_api.AirflowApiHook` and an Airflow connection holding the account's
+login and password (``[avsim] airflow_api_conn_id``, ``[avsim] deadline_api_conn_id``):
+
+========================  ==========================================================  =======================================
+caller                    call                                                        FAB permissions it needs
+========================  ==========================================================  =======================================
+weekly-run repair         ``POST /api/v2/dags/{shard DAG}/clearTaskInstances``,        can edit on ``DAG:<dag>``, DAG Runs and
+(a cleared ``shards``     then the weekly run's ``report`` (``GET`` its task           Task Instances; can read on the same
+task, operators/shard)    instance, ``POST clearTaskInstances`` on the weekly DAG)     for the ``GET``
+deadline tracker          ``GET /api/v2/pools/{name}`` (both GPU pools' slots)         can read on Pools
+pool scaling              ``PATCH /api/v2/pools/{name}?update_mask=slots``             can edit on Pools
+========================  ==========================================================  =======================================
+
+(Airflow 3.3's FAB auth manager checks a task-instance call against both DAG Runs and Task
+Instances, and against the DAG itself: ``fab_auth_manager.is_authorized_dag``.) Nothing else: no
+other DAG, no connections, variables, users or the UI's pages. ``avsim service-role sync`` writes
+exactly :func:`service_permissions` into the role (adding what is missing and taking away anything
+else), and ``tests/integration/test_distributed.py`` checks on a real API server that each of
+these permissions is needed by one of the calls.
+
+Pure functions here; :func:`sync_role` is the only one that touches Airflow (the FAB security
+manager, imported when it runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: The role ``docker/airflow-init.sh`` creates and gives the service account.
+SERVICE_ROLE = "avsim-service"
+#: The DAGs whose task instances the repair clears: the weekly pair and the ad-hoc pair.
+AVSIM_DAG_IDS = ("avsim_weekly", "avsim_weekly_shard", "avsim_adhoc", "avsim_adhoc_shard")
+
+# FAB's names (airflow.providers.fab.www.security.permissions; tests/unit/test_service_role.py
+# checks they still are).
+CAN_READ = "can_read"
+CAN_EDIT = "can_edit"
+POOLS = "Pools"
+DAG_RUNS = "DAG Runs"
+TASK_INSTANCES = "Task Instances"
+DAG_PREFIX = "DAG:"
+
+
+@dataclass(frozen=True, order=True)
+class Permission:
+    """One FAB permission: an action on a resource."""
+
+    action: str
+    resource: str
+
+    def __str__(self) -> str:
+        return f"{self.action} on {self.resource}"
+
+
+@dataclass(frozen=True)
+class RoleChanges:
+    """What :func:`sync_role` changed (or, in a dry run, would change)."""
+
+    role: str
+    created: bool
+    added: tuple[Permission, ...]
+    removed: tuple[Permission, ...]
+
+    def lines(self) -> list[str]:
+        out = [f"role {self.role}: " + ("created" if self.created else "exists")]
+        out += [f"  + {p}" for p in self.added]
+        out += [f"  - {p}" for p in self.removed]
+        if not self.added and not self.removed:
+            out.append("  permissions already as they should be")
+        return out
+
+
+def service_permissions(dag_ids: Sequence[str] = AVSIM_DAG_IDS) -> tuple[Permission, ...]:
+    """Every permission avsim's REST calls need, and nothing more (sorted)."""
+    if not dag_ids:
+        raise ValueError("name at least one DAG whose task instances the repair clears")
+    resources = (POOLS, DAG_RUNS, TASK_INSTANCES, *(f"{DAG_PREFIX}{d}" for d in dict.fromkeys(dag_ids)))
+    return tuple(sorted(Permission(a, r) for a in (CAN_READ, CAN_EDIT) for r in resources))
+
+
+def role_diff(
+    current: Iterable[Permission], wanted: Iterable[Permission]
+) -> tuple[tuple[Permission, ...], tuple[Permission, ...]]:
+    """(to add, to remove) to make a role hold exactly ``wanted``."""
+    have, want = set(current), set(wanted)
+    return tuple(sorted(want - have)), tuple(sorted(have - want))
+
+
+def sync_role(role: str, permissions: Iterable[Permission], *, dry_run: bool = False) -> RoleChanges:
+    """Make the FAB role ``role`` hold exactly ``permissions`` (creating the role, and the resources of
+    DAGs not parsed yet); needs the FAB auth manager and the metadata database."""
+    from airflow.providers.fab.auth_manager.cli_commands.utils import get_application_builder
+
+    wanted = tuple(permissions)
+    with get_application_builder() as appbuilder:
+        sm: Any = appbuilder.sm
+        found = sm.find_role(role)
+        created = found is None
+        current = (
+            [] if found is None else [Permission(p.action.name, p.resource.name) for p in found.permissions]
+        )
+        added, removed = role_diff(current, wanted)
+        if dry_run:
+            return RoleChanges(role, created, added, removed)
+        target = sm.add_role(role) if found is None else found
+        for p in added:
+            sm.add_permission_to_role(target, sm.create_permission(p.action, p.resource))
+        for p in removed:
+            sm.remove_permission_from_role(target, sm.get_permission(p.action, p.resource))
+    return RoleChanges(role, created, added, removed)
