@@ -31,6 +31,8 @@ values = {
     "AVSIM_S3_SECRET_KEY": token(),
     "AVSIM_ADMIN_USER": "admin",
     "AVSIM_ADMIN_PASSWORD": token(),
+    "AVSIM_SERVICE_USER": "avsim-service",
+    "AVSIM_SERVICE_PASSWORD": token(),
 }
 now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 with open(sys.argv[1], "x") as f:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.compose import interpolate
 
 from avsim.settings import BACKENDS, OPTIONS
 
@@ -41,28 +42,8 @@ SECRETS = {
     "AIRFLOW_API_SECRET_KEY": "api-secret",
     "AVSIM_S3_SECRET_KEY": "s3-secret-key",
     "AVSIM_ADMIN_PASSWORD": "admin-secret",
+    "AVSIM_SERVICE_PASSWORD": "service-secret",
 }
-
-_VAR = re.compile(r"\$\$|\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}|\$(?P<bare>\w+)")
-
-
-def interpolate(text: str, env: dict[str, str]) -> str:
-    """Compose's variable substitution: ${X}, ${X:-default}, ${X-default}, ${X:?error}, $$."""
-
-    def sub(m: re.Match[str]) -> str:
-        if m.group(0) == "$$":
-            return "$"
-        name = m.group("name") or m.group("bare")
-        op, arg = m.group("op"), m.group("arg")
-        value = env.get(name)
-        missing = value is None or (value == "" and op is not None and op.startswith(":"))
-        if missing and op in ("-", ":-"):
-            return arg
-        if missing and op in ("?", ":?"):
-            raise KeyError(f"{name}: {arg}")
-        return value or ""
-
-    return _VAR.sub(sub, text)
 
 
 def compose(env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -160,7 +141,7 @@ def test_stack_has_the_airflow_3_components_and_their_services() -> None:
     commands = {name: svc.get("command") for name, svc in airflow_services(cfg).items()}
     assert sorted(c for c in commands.values() if isinstance(c, str)) == [
         "api-server",
-        "celery worker",
+        "celery worker --queues default,avsim_cpu,avsim_gpu",
         "dag-processor",
         "scheduler",
         "triggerer",
@@ -313,7 +294,11 @@ def test_workers_scale_out() -> None:
     )
     worker = cfg["services"]["airflow-worker"]
     assert "ports" not in worker, "a published port would collide between scaled workers"
-    assert worker["command"] == "celery worker"
+    assert worker["command"].split(" --queues ")[0] == "celery worker"
+    # On one host every worker takes the default queue and both phase queues.
+    env = env_of(worker)
+    queues = set(worker["command"].split(" --queues ")[1].split(","))
+    assert queues == {"default", env["AIRFLOW__AVSIM__GPU_QUEUE"], env["AIRFLOW__AVSIM__CPU_QUEUE"]}
 
 
 def test_artifact_root_and_logs_use_the_s3_connection_the_stack_defines() -> None:
@@ -393,8 +378,10 @@ def test_init_script_runs_the_steps_in_order_with_real_commands() -> None:
     steps = [
         "airflow db migrate",
         "airflow users create",
+        "avsim service-role sync",
+        "--role avsim-service",
         "avsim pools sync",
-        "python /opt/avsim/docker/ensure_artifact_store.py",
+        'python "${here}/ensure_artifact_store.py"',
     ]
     positions = [script.index(step) for step in steps]
     assert positions == sorted(positions)
