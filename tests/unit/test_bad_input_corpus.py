@@ -26,6 +26,7 @@ from avsim.dagbuild.factory import load_plan
 from avsim.errors import ManifestError, Problem
 from avsim.manifest.loader import DEFAULT_MAX_BYTES, load_manifest
 from avsim.manifest.secrets import USE_A_CONNECTION
+from avsim.manifest.source import manifest_source
 from avsim.plan.model import WeeklyPlan
 from avsim.settings import AvsimSettings, ManifestSafetySettings
 
@@ -414,7 +415,7 @@ def test_a_bad_weekly_conf_is_refused_naming_the_field(
     settings = _settings(artifacts)
     with pytest.raises(ManifestError) as exc:
         # What the prepare task does with its params, in this order.
-        source = tasks.manifest_source(conf, settings, None)
+        source = manifest_source(conf, settings, None)
         _prepare(source, plan, artifacts)
     _problem(exc.value.problems, path, says)
     assert "Tr0ub4dor3" not in str(exc.value) and "0123456789abcdef" not in str(exc.value)

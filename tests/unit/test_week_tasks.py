@@ -11,6 +11,7 @@ from avsim.dagbuild import tasks
 from avsim.dagbuild.factory import load_plan
 from avsim.errors import AvsimError, ManifestError
 from avsim.manifest.sample import sample_manifest
+from avsim.manifest.source import manifest_source
 from avsim.settings import AvsimSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,11 +93,11 @@ def test_summarize_counts_cases_that_never_ran_as_infrastructure(week) -> None:
 
 def test_no_manifest_for_the_scheduled_run_names_the_setting() -> None:
     with pytest.raises(ManifestError, match="default_manifest"):
-        tasks.manifest_source({}, AvsimSettings(), None)
+        manifest_source({}, AvsimSettings(), None)
     import datetime as dt
 
     when = dt.datetime(2026, 12, 2, tzinfo=dt.UTC)
-    assert tasks.manifest_source({}, AvsimSettings(default_manifest="s3://b/{iso_week}.yaml"), when) == (
+    assert manifest_source({}, AvsimSettings(default_manifest="s3://b/{iso_week}.yaml"), when) == (
         "s3://b/2026-W49.yaml"
     )
 
@@ -111,7 +112,7 @@ def test_a_week_without_canary_stage_succeeds_its_canary_task() -> None:
         trigger_dag_id="avsim_weekly_shard",
         trigger_run_id="r__canary",
         shard=0,
-        run={"canary_count": 0},
+        run={"run_key": "avsim_weekly__r", "artifact_root": "file:///tmp/avsim-none", "canary_count": 0},
     )
     result = op.execute({})
     assert result["counts"] == {} and "no canary stage" in result["message"]

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 from typing import Any
 
 from avsim.artifacts import RunLayout, canary_run_id, run_key_for, shard_run_id, week_index_uri
 from avsim.errors import AvsimError, ManifestError, Problem
+from avsim.manifest.source import check_location
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import ShardPlan, assign_families, cut_shards
 from avsim.settings import AvsimSettings
@@ -20,68 +20,6 @@ from avsim.storage import exists, read_json, write_json
 from avsim.verdict import CASE_OUTCOMES, shard_verdict
 
 log = logging.getLogger(__name__)
-
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-def manifest_source(params: dict[str, Any], settings: AvsimSettings, when: dt.datetime | None) -> str:
-    """The manifest a run uses: the trigger's ``manifest`` parameter, else ``[avsim] default_manifest``."""
-    given = params.get("manifest")
-    if given is not None and not isinstance(given, str):
-        raise ManifestError(
-            [Problem("params.manifest", f"must be a path or URI (a string), got {type(given).__name__}")],
-            source="DAG run conf",
-        )
-    source = str(given or settings.default_manifest or "").strip()
-    if not source:
-        raise ManifestError(
-            [
-                Problem(
-                    "params.manifest",
-                    "no manifest given; trigger the DAG with conf {'manifest': '<path or URI>'} "
-                    "or set [avsim] default_manifest for the scheduled run",
-                )
-            ],
-            source="DAG run conf",
-        )
-    if "{iso_week}" in source:
-        when = when or dt.datetime.now(dt.UTC)
-        year, week, _ = when.isocalendar()
-        source = source.replace("{iso_week}", f"{year}-W{week:02d}")
-    _check_location(source, "params.manifest")
-    return source
-
-
-def _check_location(uri: str, where: str) -> None:
-    """Refuse, before anything reads it, a location with a credential in it or that no filesystem serves.
-
-    The location is logged and kept in the run descriptor (XCom), so a password in it would leak; and
-    an unknown scheme is a mistake in the conf, not a failure a retry fixes."""
-    from avsim.manifest.secrets import USE_A_CONNECTION, find_secrets
-
-    found = find_secrets(uri)
-    if found:
-        raise ManifestError(
-            [Problem(where, f"{found[0].kind} ({found[0].masked}): {USE_A_CONNECTION}")],
-            source="DAG run conf",
-        )
-    if _SCHEME.match(uri):
-        from airflow.sdk import ObjectStoragePath
-
-        try:
-            ObjectStoragePath(uri).fs  # noqa: B018  (resolves the filesystem; reads nothing)
-        except (ValueError, ImportError) as exc:
-            raise ManifestError(
-                [
-                    Problem(
-                        where,
-                        f"{uri!r} is no location avsim can read ({exc}); give a path, a file:// URI or an "
-                        "ObjectStoragePath URI such as s3://<conn_id>@bucket/key",
-                    )
-                ],
-                source="DAG run conf",
-            ) from None
-
 
 def prepare_week(
     *,
@@ -233,7 +171,7 @@ def shard_conf(conf: Any) -> tuple[dict[str, Any], RunLayout, int]:
     if problems:
         raise ManifestError(problems, source=where)
     assert isinstance(run, dict) and isinstance(shard, int)
-    _check_location(run["artifact_root"], "conf.run.artifact_root")
+    check_location(run["artifact_root"], "conf.run.artifact_root")
     layout = RunLayout(run["artifact_root"], run["run_key"])
     if not exists(layout.shard_cases(shard)):
         raise ManifestError(

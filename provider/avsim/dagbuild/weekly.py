@@ -22,6 +22,7 @@ from avsim.dagbuild.shard_dag import START_DATE, phase_operator_class, retry_kwa
 from avsim.deadline.alert import deadline_alert
 from avsim.deadline.sensor import deadline_tracker
 from avsim.errors import ManifestError
+from avsim.manifest.source import manifest_source
 from avsim.operators.phase import AvsimPhaseOperator
 from avsim.operators.retry import PhaseRetryPolicy
 from avsim.operators.shard import ShardRunOperator
@@ -89,7 +90,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             ctx = get_current_context()
             dag_run = ctx["dag_run"]
             try:
-                source = tasks.manifest_source(
+                source = manifest_source(
                     dict(ctx["params"]), settings, getattr(dag_run, "logical_date", None)
                 )
                 prepared = tasks.prepare_week(

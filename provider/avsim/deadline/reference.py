@@ -39,6 +39,8 @@ from typing import Any
 
 from airflow.sdk.definitions.deadline import BaseDeadlineReference
 
+from avsim import airflow_internals
+
 log = logging.getLogger(__name__)
 
 #: The key of a run's conf that sets its deadline.
@@ -127,10 +129,10 @@ def _yaml_run_deadline(text: str) -> object:
 
 def manifest_deadline(source: str, max_bytes: int) -> dt.datetime | None:
     """``run.deadline`` of the manifest at ``source`` (a path or ObjectStoragePath URI), or None."""
-    from avsim.manifest.loader import _read
+    from avsim.manifest.loader import read_manifest_bytes
 
     try:
-        return manifest_run_deadline(_read(source, max_bytes))
+        return manifest_run_deadline(read_manifest_bytes(source, max_bytes))
     except Exception as exc:  # any failure to read: the run still gets a deadline
         log.warning("could not read the deadline of manifest %s (%s); using the fallback", source, exc)
         return None
@@ -179,7 +181,7 @@ class AvsimRunDeadline(BaseDeadlineReference):
         return cls(default_after_seconds=float(reference_data.get("default_after_seconds", 156 * 3600.0)))
 
     def _evaluate_with(self, *, session: Any, **kwargs: Any) -> dt.datetime | None:
-        from airflow.models import DagRun
+        DagRun = airflow_internals.models()["DagRun"]
         from sqlalchemy import select
 
         row = session.execute(
@@ -200,7 +202,7 @@ class AvsimRunDeadline(BaseDeadlineReference):
     @staticmethod
     def _manifest_deadline(conf: dict[str, Any] | None, when: dt.datetime | None) -> dt.datetime | None:
         """The deadline of the manifest ``prepare`` will read for this run, or None."""
-        from avsim.dagbuild.tasks import manifest_source
+        from avsim.manifest.source import manifest_source
         from avsim.settings import load_settings
 
         settings = load_settings()

@@ -49,6 +49,7 @@ __all__ = [
     "LoadedManifest",
     "load_manifest",
     "parse_manifest_text",
+    "read_manifest_bytes",
 ]
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -88,7 +89,7 @@ def load_manifest(
 
     policy = policy or deployment_policy()
     name = os.fspath(source)
-    data = _read(name, max_bytes if max_bytes is not None else policy.max_bytes)
+    data = read_manifest_bytes(name, max_bytes if max_bytes is not None else policy.max_bytes)
     return parse_manifest_text(data, source=name, fmt=_format_from_name(name), policy=policy)
 
 
@@ -150,7 +151,8 @@ def _format_from_name(name: str) -> Format | None:
     return None
 
 
-def _read(name: str, max_bytes: int) -> bytes:
+def read_manifest_bytes(name: str, max_bytes: int) -> bytes:
+    """The bytes of the manifest at ``name`` (a path or ObjectStoragePath URI), at most ``max_bytes``."""
     if _SCHEME.match(name):
         from airflow.sdk import ObjectStoragePath
 

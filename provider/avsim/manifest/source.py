@@ -1,0 +1,77 @@
+"""Where a run's manifest is: the trigger's ``manifest`` parameter, else ``[avsim] default_manifest``.
+
+:func:`manifest_source` is what the weekly run's ``prepare`` reads and what the run's deadline
+reference (:mod:`avsim.deadline.reference`) reads ahead of it, so both name the same manifest.
+:func:`check_location` refuses, before anything reads it, a location with a credential in it or
+one that no filesystem serves (also the run descriptor's artifact root, in a shard run's conf).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+from avsim.errors import ManifestError, Problem
+from avsim.settings import AvsimSettings
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def manifest_source(params: dict[str, Any], settings: AvsimSettings, when: dt.datetime | None) -> str:
+    """The manifest a run uses: the trigger's ``manifest`` parameter, else ``[avsim] default_manifest``."""
+    given = params.get("manifest")
+    if given is not None and not isinstance(given, str):
+        raise ManifestError(
+            [Problem("params.manifest", f"must be a path or URI (a string), got {type(given).__name__}")],
+            source="DAG run conf",
+        )
+    source = str(given or settings.default_manifest or "").strip()
+    if not source:
+        raise ManifestError(
+            [
+                Problem(
+                    "params.manifest",
+                    "no manifest given; trigger the DAG with conf {'manifest': '<path or URI>'} "
+                    "or set [avsim] default_manifest for the scheduled run",
+                )
+            ],
+            source="DAG run conf",
+        )
+    if "{iso_week}" in source:
+        when = when or dt.datetime.now(dt.UTC)
+        year, week, _ = when.isocalendar()
+        source = source.replace("{iso_week}", f"{year}-W{week:02d}")
+    check_location(source, "params.manifest")
+    return source
+
+
+def check_location(uri: str, where: str) -> None:
+    """Refuse, before anything reads it, a location with a credential in it or that no filesystem serves.
+
+    The location is logged and kept in the run descriptor (XCom), so a password in it would leak; and
+    an unknown scheme is a mistake in the conf, not a failure a retry fixes."""
+    from avsim.manifest.secrets import USE_A_CONNECTION, find_secrets
+
+    found = find_secrets(uri)
+    if found:
+        raise ManifestError(
+            [Problem(where, f"{found[0].kind} ({found[0].masked}): {USE_A_CONNECTION}")],
+            source="DAG run conf",
+        )
+    if _SCHEME.match(uri):
+        from airflow.sdk import ObjectStoragePath
+
+        try:
+            ObjectStoragePath(uri).fs  # noqa: B018  (resolves the filesystem; reads nothing)
+        except (ValueError, ImportError) as exc:
+            raise ManifestError(
+                [
+                    Problem(
+                        where,
+                        f"{uri!r} is no location avsim can read ({exc}); give a path, a file:// URI or an "
+                        "ObjectStoragePath URI such as s3://<conn_id>@bucket/key",
+                    )
+                ],
+                source="DAG run conf",
+            ) from None
