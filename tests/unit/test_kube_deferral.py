@@ -16,11 +16,11 @@ from kubernetes.client import models as k8s
 from tests.unit.test_kube_schemas import KUBE
 
 from avsim.artifacts import RunLayout
+from avsim.attempt import PhaseAttempt, PhaseRuntime
 from avsim.kube import pods
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
 from avsim.operators.kubernetes import DEFERRAL_MARGIN_SECONDS, KubernetesPhaseOperator
-from avsim.phases.attempt import PhaseAttempt, PhaseRuntime
 from avsim.phases.contract import AttemptResult, Outcome
 from avsim.phases.policy import Role
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from avsim.artifacts import RunLayout
+from avsim.attempt import PhaseAttempt, PhaseRuntime
 from avsim.kube import pods
 from avsim.kube.pod_spec import SCRATCH_MOUNT, phase_pod, priority_key
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
 from avsim.phases import contract
-from avsim.phases.attempt import PhaseAttempt, PhaseRuntime
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT
 from avsim.settings import KubernetesSettings
 

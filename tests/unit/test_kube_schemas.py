@@ -20,11 +20,11 @@ from kubernetes.client import ApiClient
 from tests.support.kube_api.schema import SUPPORTED_VERSIONS, violations
 
 from avsim.artifacts import RunLayout
+from avsim.attempt import PhaseAttempt, PhaseRuntime
 from avsim.kube import pod_spec, pods
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
 from avsim.operators.kubernetes import KubernetesPhaseOperator
-from avsim.phases.attempt import PhaseAttempt, PhaseRuntime
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT
 from avsim.settings import KubernetesSettings
 

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from avsim.artifacts import RunLayout
+from avsim.attempt import PhaseAttempt, PhaseRuntime, phase_spec_for
 from avsim.manifest.loader import parse_manifest_text
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.snapshot import read_snapshot, write_snapshot
-from avsim.phases.attempt import PhaseAttempt, PhaseRuntime, phase_spec_for
 from avsim.plan.shards import case_entry
 
 BASE = sample_manifest(1, iso_week="2026-W49")

@@ -24,6 +24,7 @@ from kubernetes.client import models as k8s
 from pydantic import ValidationError
 
 from avsim.artifacts import RunLayout
+from avsim.attempt import PhaseAttempt, PhaseRuntime
 from avsim.errors import ManifestError
 from avsim.kube import pods
 from avsim.kube.pod_spec import SCRATCH_MOUNT, phase_pod
@@ -32,7 +33,6 @@ from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
 from avsim.operators.kubernetes import KubernetesPhaseOperator
 from avsim.phases import contract
-from avsim.phases.attempt import PhaseAttempt, PhaseRuntime
 from avsim.phases.contract import NODE_SPOT
 from avsim.settings import KubernetesSettings
 

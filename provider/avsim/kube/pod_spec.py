@@ -30,9 +30,9 @@ from typing import Any
 from kubernetes.client import models as k8s
 
 from avsim.artifacts import is_canary_run
+from avsim.attempt import PhaseAttempt, PhaseRuntime
 from avsim.kube import pods
 from avsim.phases import contract
-from avsim.phases.attempt import PhaseAttempt, PhaseRuntime
 from avsim.settings import KubernetesSettings
 
 #: Where the writable scratch directory is mounted (the root file system is read-only).

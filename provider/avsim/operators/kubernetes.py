@@ -34,11 +34,10 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.settings import pod_mutation_hook
 from airflow.version import version as airflow_version
-from avsim.phases.attempt import PhaseAttempt
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
-from avsim.airflow_internals import pod_config_dict
+from avsim.attempt import PhaseAttempt
 from avsim.kube import pod_spec, pods
 from avsim.operators.lifecycle import PhaseLifecycle
 from avsim.operators.phase import upstream_task_ids
@@ -260,7 +259,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                 lease_seconds=self._attempt.runtime.lease_seconds,
                 startup_timeout=float(self.startup_timeout_seconds),
                 kubernetes_conn_id=self.kubernetes_conn_id,
-                config_dict=pod_config_dict(self),
+                config_dict=self._config_dict,
                 cluster_context=self.cluster_context,
                 in_cluster=self.in_cluster,
                 check_interval=self.lease_check_interval,

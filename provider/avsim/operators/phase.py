@@ -28,9 +28,9 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from avsim.attempt import PhaseAttempt
 from avsim.operators.lifecycle import AttemptResult, PhaseLifecycle
 from avsim.phases import contract
-from avsim.phases.attempt import PhaseAttempt
 from avsim.phases.contract import Outcome, classify_exit_code
 from avsim.phases.heartbeat import lease_age
 from avsim.phases.policy import Role
