@@ -1,0 +1,126 @@
+"""Everything avsim takes from Airflow beyond its public task SDK, in one place.
+
+The pages read Airflow's metadata database (task instances, DAG runs, XComs) with SQL; the metrics
+emit through Airflow's stats module, whose backend lives in a private package; the Kubernetes phase
+operator hands the cncf provider's private kube config to its trigger. None of these is a stable
+API, so each is reached through a function here, and :data:`RELIED_ON` lists the tables' columns
+the SQL uses. ``tests/unit/test_airflow_internals.py`` checks every one of them against the
+installed Airflow: an upgrade that moves or renames one fails that test, and this file is the one
+to change. Imports happen inside the functions (this module is imported by light modules).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from contextlib import AbstractContextManager
+from typing import Any
+
+#: Model -> the columns avsim's SQL reads (ui/, deadline/, pools, priority).
+RELIED_ON: dict[str, tuple[str, ...]] = {
+    "TaskInstance": (
+        "dag_id",
+        "run_id",
+        "task_id",
+        "map_index",
+        "state",
+        "try_number",
+        "start_date",
+        "end_date",
+        "duration",
+        "pool",
+        "pool_slots",
+        "rendered_map_index",
+    ),
+    "TaskInstanceHistory": ("dag_id", "run_id", "map_index", "pool", "pool_slots", "duration"),
+    "DagRun": (
+        "id",
+        "dag_id",
+        "run_id",
+        "state",
+        "start_date",
+        "end_date",
+        "run_after",
+        "logical_date",
+        "conf",
+        "clear_number",
+    ),
+    "XComModel": ("dag_run_id", "dag_id", "run_id", "task_id", "map_index", "key", "value"),
+    "DagModel": ("dag_id",),
+    "Pool": ("pool", "slots"),
+}
+
+
+def models() -> dict[str, Any]:
+    """Airflow's ORM models avsim queries, by name."""
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.models.pool import Pool
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskinstancehistory import TaskInstanceHistory
+    from airflow.models.xcom import XComModel
+
+    return {
+        "TaskInstance": TaskInstance,
+        "TaskInstanceHistory": TaskInstanceHistory,
+        "DagRun": DagRun,
+        "XComModel": XComModel,
+        "DagModel": DagModel,
+        "Pool": Pool,
+    }
+
+
+def create_session(**kwargs: Any) -> AbstractContextManager[Any]:
+    """A metadata-database session (the api-server's and plugins' way in)."""
+    from airflow.utils.session import create_session as airflow_session
+
+    return airflow_session(**kwargs)
+
+
+def requires_authenticated() -> Any:
+    """The api-server's dependency that refuses a request without a valid token or session."""
+    from airflow.api_fastapi.core_api.security import requires_authenticated as dependency
+
+    return dependency
+
+
+def runtime_task_instance() -> type[Any]:
+    """The task runner's task-instance class (for a sensor that reads its own task instance)."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    return RuntimeTaskInstance
+
+
+def pod_config_dict(operator: Any) -> Any:
+    """The kube config the cncf ``KubernetesPodOperator`` would hand its own trigger (a private
+    property the provider marks for removal; None when it is gone or unset)."""
+    return getattr(operator, "_config_dict", None)
+
+
+_stats_lock = threading.Lock()
+
+
+def _initialized(module: Any) -> bool:
+    # Airflow's stats modules keep their backend factory in a module global, set by initialize().
+    return getattr(module, "_factory", None) is not None
+
+
+def stats_module(legacy_names: bool) -> Any:
+    """The stats module this process emits through: the task SDK's when the task runner set it up,
+    else the core one when a core process (scheduler, triggerer, api-server) did, else the task
+    SDK's, initialized here from ``[metrics]`` (a process neither had set up)."""
+    from airflow.sdk._shared.observability.metrics import stats as sdk_stats
+
+    if _initialized(sdk_stats):
+        return sdk_stats
+    core_stats: Any = None
+    with contextlib.suppress(ImportError):  # a task-SDK-only worker has no core package
+        from airflow._shared.observability.metrics import stats as core_stats
+    if core_stats is not None and _initialized(core_stats):
+        return core_stats
+    with _stats_lock:
+        if not _initialized(sdk_stats):
+            from airflow.sdk.observability.metrics import stats_utils
+
+            sdk_stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=legacy_names)
+    return sdk_stats

@@ -1,0 +1,92 @@
+"""What avsim's tasks hand each other, and what the pages read from them: one frozen model each.
+
+===================  ==========================================  =====================================
+contract             written by                                  read by
+===================  ==========================================  =====================================
+:class:`RunDescriptor`  the weekly run's ``prepare`` (XCom ``run``)  shard runs (conf), phase operators,
+                                                                 the canary gate, the deadline tracker,
+                                                                 the week's end, the pages
+:class:`ShardConf`   the parent's ``canary`` / ``shards`` tasks      the shard run's ``load_shard`` and
+                     (the shard run's conf)                      ``summarize``
+:class:`PhaseResult`  every phase task: its return value when    downstream phases (their inputs), the
+                     it committed a result, and XCom             progress page (a phase's class)
+                     ``avsim_outcome`` for every attempt it ended
+===================  ==========================================  =====================================
+
+XCom and DAG-run conf carry them as JSON (``to_json``); readers parse them back with
+``model_validate``, so a missing or misspelt field fails where it is read, naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from avsim.artifacts import RunLayout
+from avsim.phases.contract import Outcome
+
+#: The weekly (and ad-hoc) run's first task, and the XCom key of the run descriptor it pushes.
+PREPARE_TASK_ID = "prepare"
+RUN_XCOM_KEY = "run"
+#: XCom key of the outcome of a phase task's last ended attempt (a :class:`PhaseResult`).
+OUTCOME_XCOM_KEY = "avsim_outcome"
+
+
+class _Contract(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON-friendly form XCom and DAG-run conf carry."""
+        return self.model_dump(mode="json")
+
+
+class RunDescriptor(_Contract):
+    """One weekly or ad-hoc run, as ``prepare`` describes it to every later task."""
+
+    run_key: str = Field(min_length=1)
+    artifact_root: str = Field(min_length=1)
+    dag_id: str = ""
+    run_id: str = ""
+    manifest_source: str = ""
+    manifest_sha256: str = ""
+    build_id: str = ""
+    #: The pinned simulator image (``repo@sha256:...``).
+    image: str = ""
+    #: ``weekly`` or ``adhoc``: the DAG's class decides priority weights and PriorityClass.
+    run_class: str = "weekly"
+    iso_week: str = ""
+    case_count: int = Field(default=0, ge=0)
+    shard_count: int = Field(default=0, ge=0)
+    canary_count: int = Field(default=0, ge=0)
+    #: The run key this run reruns (``avsim rerun-failed``), if it is a rerun.
+    rerun_of: str | None = None
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.artifact_root, self.run_key)
+
+
+class ShardConf(_Contract):
+    """A shard run's conf: the run it belongs to and its shard index (0 is the canary's)."""
+
+    run: RunDescriptor
+    shard: int = Field(ge=0, strict=True)
+
+
+class PhaseResult(_Contract):
+    """How a phase task's attempt ended, for its downstream phases and the pages."""
+
+    case_id: str
+    phase: str
+    outcome: Outcome
+    attempt: int = Field(ge=0)
+    #: The committed output downstream phases read ("" when the attempt produced none).
+    output_uri: str = ""
+    cache_key: str = ""
+    #: The output is an earlier run's, reused through the cache (nothing was launched).
+    reused: bool = False
+    #: What the platform did, in a word (see :class:`avsim.phases.contract.AttemptResult`).
+    detail: str = ""
+    #: Why the attempt failed, in short (the ledger keeps the full reason).
+    reason: str = Field(default="", max_length=300)

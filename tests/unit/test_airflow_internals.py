@@ -1,0 +1,55 @@
+"""What avsim takes from Airflow beyond its public SDK (avsim.airflow_internals), checked against the
+installed Airflow and cncf provider. An upgrade that moves or renames one of these fails here, and
+provider/avsim/airflow_internals.py is the one file to change."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from avsim import airflow_internals
+
+
+@pytest.mark.parametrize("name", sorted(airflow_internals.RELIED_ON))
+def test_every_column_the_pages_query_exists(name: str) -> None:
+    model = airflow_internals.models()[name]
+    columns = set(model.__table__.c.keys())
+    missing = set(airflow_internals.RELIED_ON[name]) - columns
+    assert not missing, f"{name} no longer has {sorted(missing)}"
+
+
+def test_the_xcom_value_is_json_the_pages_can_index() -> None:
+    # ui/progress reads X.value["outcome"]: the column must stay a JSON type.
+    from sqlalchemy.types import JSON
+
+    column = airflow_internals.models()["XComModel"].__table__.c["value"]
+    assert isinstance(column.type, JSON)
+
+
+def test_sessions_auth_and_the_task_runner_are_where_avsim_looks() -> None:
+    from airflow.utils.session import create_session
+
+    assert "scoped" in inspect.signature(inspect.unwrap(create_session)).parameters
+    assert callable(airflow_internals.requires_authenticated())
+    rti = airflow_internals.runtime_task_instance()
+    assert callable(rti.get_ti_count) and callable(rti.get_dr_count)
+
+
+def test_the_stats_modules_keep_their_factory_global() -> None:
+    import airflow._shared.observability.metrics.stats as core_stats
+    import airflow.sdk._shared.observability.metrics.stats as sdk_stats
+
+    for module in (core_stats, sdk_stats):
+        assert hasattr(module, "_factory") and callable(module.initialize), module.__name__
+    stats = airflow_internals.stats_module(legacy_names=True)
+    for method in ("incr", "timing", "gauge"):
+        assert callable(getattr(stats, method)), method
+
+
+def test_the_cncf_operator_still_has_its_private_kube_config() -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    op = KubernetesPodOperator(task_id="t", image="i", config_file=None, in_cluster=False)
+    assert "_config_dict" in vars(op), "the provider dropped _config_dict: pass the kube config another way"
+    assert airflow_internals.pod_config_dict(op) is None  # no config file given
