@@ -34,11 +34,9 @@ else initializes the SDK's from ``[metrics]`` (a plain process such as the ``avs
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import re
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,7 +52,6 @@ GPUS_NEEDED = "avsim.capacity.gpus_needed"
 
 _SEGMENT = re.compile(r"[^A-Za-z0-9_-]")
 _SEGMENT_TAG = re.compile(r"[^A-Za-z0-9_.-]")
-_init_lock = threading.Lock()
 
 
 def _segment(value: object) -> str:
@@ -68,34 +65,13 @@ def _tag(value: object) -> str:
     return _SEGMENT_TAG.sub("_", str(value if value is not None else ""))[:120] or "unknown"
 
 
-def _initialized(module: Any) -> bool:
-    # Airflow's stats modules keep their backend factory in a module global, set by initialize().
-    return getattr(module, "_factory", None) is not None
-
-
 def _stats() -> Any:
     """The stats module this process should emit through (see the module doc)."""
-    from airflow.sdk._shared.observability.metrics import stats as sdk_stats
+    from avsim.airflow_internals import stats_module
+    from avsim.settings import airflow_config
 
-    if _initialized(sdk_stats):
-        return sdk_stats
-    core_stats: Any = None
-    with contextlib.suppress(ImportError):  # a task-SDK-only worker has no core package
-        from airflow._shared.observability.metrics import stats as core_stats
-    if core_stats is not None and _initialized(core_stats):
-        return core_stats
-    with _init_lock:
-        if not _initialized(sdk_stats):
-            from airflow.sdk.observability.metrics import stats_utils
-
-            from avsim.settings import airflow_config
-
-            legacy = airflow_config("metrics", "legacy_names_on", "True").strip().lower()
-            sdk_stats.initialize(
-                factory=stats_utils.get_stats_factory(),
-                export_legacy_names=legacy in ("t", "true", "1", "yes", "on"),
-            )
-    return sdk_stats
+    legacy = airflow_config("metrics", "legacy_names_on", "True").strip().lower()
+    return stats_module(legacy in ("t", "true", "1", "yes", "on"))
 
 
 def _emit(kind: str, name: str, dotted: tuple[object, ...], value: float, tags: Mapping[str, object]) -> None:

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from avsim import airflow_internals
 from avsim.errors import ConfigError, Problem
 from avsim.settings import AvsimSettings
 
@@ -188,10 +189,9 @@ def sync_pools(
     runs (it needs the metadata database); workers change pool slots through the REST API
     instead (:mod:`avsim.deadline.actions`).
     """
-    from airflow.utils.session import create_session
 
     if session is None:
-        with create_session() as own:
+        with airflow_internals.create_session() as own:
             changes = _sync(specs, own)
             if dry_run:
                 own.rollback()
@@ -203,7 +203,7 @@ def sync_pools(
 
 
 def _sync(specs: tuple[PoolSpec, ...], session: Any) -> list[PoolChange]:
-    from airflow.models.pool import Pool
+    Pool = airflow_internals.models()["Pool"]
     from sqlalchemy import select
 
     changes: list[PoolChange] = []

@@ -142,3 +142,26 @@ def test_summary_of_actions() -> None:
         == "14 GPUs needed: avsim_gpu_spot 8 -> 12; sim/gpu failed (AccessDenied)"
     )
     assert summarize(14, []) == "14 GPUs needed: no action configured"
+
+
+def test_every_deferral_of_the_gate_and_the_tracker_has_a_timeout() -> None:
+    """A deferral without a timeout can wait forever in the triggerer (issue 13): both sensors bound
+    theirs by their own ``timeout``."""
+    from avsim.sensors.canary_gate import CanaryGateSensor
+
+    run = {
+        "run_key": "avsim_weekly__r",
+        "artifact_root": "file:///tmp/avsim-nowhere",
+        "dag_id": "avsim_weekly",
+        "run_id": "r",
+        "shard_count": 2,
+    }
+    gate = CanaryGateSensor(
+        task_id="canary_gate", run=run, canary={"cases": {"c1": ["prepare"]}, "threshold": 0.2}, timeout=3600
+    )
+    tracker = DeadlineTrackerSensor(task_id="deadline", run=run, shard_dag_id="avsim_weekly_shard", phases={})
+    for sensor, expected in ((gate, 3600), (tracker, 14 * 24 * 3600)):
+        with pytest.raises(TaskDeferred) as deferred:
+            sensor.execute({})
+        assert deferred.value.timeout is not None
+        assert deferred.value.timeout.total_seconds() == expected, sensor.task_id

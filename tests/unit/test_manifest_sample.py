@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -104,12 +103,9 @@ def test_bad_arguments(kw: dict[str, object]) -> None:
         sample_manifest(**kw)  # type: ignore[arg-type]
 
 
-def test_10000_cases_build_fast_and_validate() -> None:
-    t0 = time.perf_counter()
-    doc = sample_manifest(10_000)
-    built = time.perf_counter() - t0
-    assert built < 1.0, f"building 10,000 cases took {built:.2f}s"
-    assert len(validate_manifest(doc).cases) == 10_000
+def test_10000_cases_build_and_validate() -> None:
+    # How long it takes is a bench's figure (docs/performance.md), never a test's assertion.
+    assert len(validate_manifest(sample_manifest(10_000)).cases) == 10_000
 
 
 @pytest.mark.parametrize("ext", ["yaml", "json"])

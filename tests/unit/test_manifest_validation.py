@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 import pytest
@@ -51,13 +50,10 @@ def test_sample_is_valid() -> None:
     assert m.run.deadline.utcoffset() is not None
 
 
-def test_sample_of_10000_cases_validates_in_well_under_a_few_seconds() -> None:
-    data = sample_manifest(10_000)
-    t0 = time.perf_counter()
-    m = validate_manifest(data)
-    elapsed = time.perf_counter() - t0
-    assert len(m.cases) == 10_000
-    assert elapsed < 3.0, f"validating 10,000 cases took {elapsed:.2f}s"
+def test_sample_of_10000_cases_validates() -> None:
+    # How long it takes is a bench's figure (docs/performance.md), never a test's assertion.
+    m = validate_manifest(sample_manifest(10_000))
+    assert len(m.cases) == 10_000 and len({c.id for c in m.cases}) == 10_000
 
 
 # ----------------------------------------------------------------------------- one problem each

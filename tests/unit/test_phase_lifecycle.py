@@ -118,6 +118,7 @@ def test_a_passed_attempt_is_committed_and_a_later_try_reuses_it(week: Any) -> N
     assert (out["outcome"], out["attempt"]) == ("passed", 1)
     ti.try_number = 2  # a cleared task: the committed result comes back, nothing is claimed
     assert task.begin_attempt({"ti": ti}) == out
+    assert (task.task_id, "avsim_outcome", 0) not in ti.xcoms  # the return value says it
     assert [a.attempt for a in week[2].attempts(week[1]["case_id"], "prepare")] == [1]
 
 
@@ -138,6 +139,8 @@ def test_infrastructure_failures_back_off_then_use_up_the_budget(week: Any) -> N
             seconds=min(rules.get("max_delay_seconds", 1800), delay * backoff ** (n - 1))
         )
         assert f"{n} of {budget} infra_failed retries used" in str(raised.value)
+        published = ti.xcoms[(task.task_id, "avsim_outcome", 0)]  # the pages' class, without the ledger
+        assert (published["outcome"], published["attempt"], published["detail"]) == ("infra_failed", n, "crash")
     ti.try_number = budget + 1
     with pytest.raises(exc.PhaseBudgetExhausted, match="no retries left"):
         _try(task, ti, AttemptResult(Outcome.INFRA_FAILED, 1, "segfault", "crash"))

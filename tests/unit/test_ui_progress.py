@@ -131,22 +131,22 @@ def test_failed_cases_are_listed_worst_first_with_links(world: Any) -> None:
     assert [f["case_id"] for f in page["items"]] == [f["case_id"] for f in failed["items"][3:5]]
 
 
-def test_unrecorded_failure_classes_come_from_the_ledger(tmp_path: Path) -> None:
-    """Until the phase operator pushes ``avsim_outcome``, a failed task's class is read from the ledger."""
+def test_failure_classes_come_from_the_published_outcome_not_the_ledger(tmp_path: Path) -> None:
+    """The phase task publishes its class (XCom ``avsim_outcome``); a failed task that published none
+    (its worker died) counts as ``failed``, and the page does not go to the ledger to guess."""
     engine = metadata_engine(tmp_path / "airflow.db")
     root = f"file://{tmp_path}/artifacts"
     spec = WeekSpec(run_id="r", cases=300, shard_size=100, active_shards=1, record_failures=False)
     with engine.begin() as conn:
         truth = build_week(conn, spec, root)
-    cache = DigestCache()
-    for _ in range(2):  # the second time from the cache: resolved once, not twice
-        doc = progress(engine, root, spec, limit=500, cache=cache)
-        assert doc["cases"]["by_class"] == dict(truth.done_by_class)
-        phases = {p["phase"]: p["by_class"] for p in doc["phases"]}
-        for name, counts in truth.phase_classes.items():
-            assert phases[name] == {k: v for k, v in counts.items() if k not in ("running", "waiting")}, name
-    listed = sorted((f["case_id"], f["phase"], f["class"]) for f in doc["failed"]["items"])
-    assert listed == sorted(truth.failures)
+    doc = progress(engine, root, spec, limit=500)
+    failing = {c for c, n in truth.done_by_class.items() if n and c not in ("passed", "scenario_failed")}
+    assert failing, "the week has failures"
+    assert not failing & set(doc["cases"]["by_class"]), "no class the tasks did not publish"
+    assert doc["cases"]["by_class"].get("failed", 0) >= 1
+    listed = sorted((f["case_id"], f["phase"]) for f in doc["failed"]["items"])
+    assert listed == sorted((c, p) for c, p, _ in truth.failures)
+    # The listed page still shows each failure's reason, read from the ledger for that page only.
     assert all(f["reason"].endswith("(ledger)") for f in doc["failed"]["items"] if f["state"] == "failed")
 
 

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from avsim.artifacts import RunLayout, canary_run_id, run_key_for, shard_run_id, week_index_uri
+from avsim.contracts import RunDescriptor, ShardConf
 from avsim.errors import AvsimError, ManifestError, Problem
 from avsim.manifest.source import check_location
 from avsim.plan.model import WeeklyPlan
@@ -20,6 +21,7 @@ from avsim.storage import exists, read_json, write_json
 from avsim.verdict import CASE_OUTCOMES, shard_verdict
 
 log = logging.getLogger(__name__)
+
 
 def prepare_week(
     *,
@@ -60,23 +62,23 @@ def prepare_week(
             write_json(uri, shard.to_json())
     work = planned_work(manifest, families)
     write_json(layout.plan_uri, {**work, "canary_cases": len(canary_ix), "shards": len(shards)})
-    run = {
-        "run_key": layout.run_key,
-        "artifact_root": layout.root,
-        "dag_id": dag_id,
-        "run_id": run_id,
-        "manifest_source": source,
-        "manifest_sha256": snapshot.sha256,
-        "build_id": manifest.run.build.build_id,
-        "image": manifest.run.build.image,
+    run = RunDescriptor(
+        run_key=layout.run_key,
+        artifact_root=layout.root,
+        dag_id=dag_id,
+        run_id=run_id,
+        manifest_source=source,
+        manifest_sha256=snapshot.sha256,
+        build_id=manifest.run.build.build_id,
+        image=manifest.run.build.image,
         # The DAG's class decides priority and PriorityClass: an ad-hoc run of a weekly manifest is ad-hoc.
-        "run_class": plan.run_class,
-        "iso_week": manifest.run.iso_week,
-        "case_count": len(manifest.cases),
-        "shard_count": len(shards),
-        "canary_count": len(canary_ix),
-        "rerun_of": manifest.run.rerun_of,
-    }
+        run_class=plan.run_class,
+        iso_week=manifest.run.iso_week,
+        case_count=len(manifest.cases),
+        shard_count=len(shards),
+        canary_count=len(canary_ix),
+        rerun_of=manifest.run.rerun_of,
+    ).to_json()
     if plan.run_class == "weekly" and manifest.run.run_class.value == "weekly" and not manifest.run.rerun_of:
         write_json(
             week_index_uri(layout.root, manifest.run.iso_week),
@@ -101,7 +103,7 @@ def prepare_week(
                 for c in entries
             },
             "trigger_run_id": canary_run_id(run_id),
-            "conf": {"run": run, "shard": CANARY_SHARD},
+            "conf": ShardConf.model_validate({"run": run, "shard": CANARY_SHARD}).to_json(),
         }
     log.info(
         "week %s: %d cases, canary %d, %d shards of at most %d (build %s, manifest sha256 %s)",
@@ -123,7 +125,7 @@ def prepare_week(
             {
                 "shard": s.index,
                 "trigger_run_id": shard_run_id(run_id, s.index),
-                "conf": {"run": run, "shard": s.index},
+                "conf": ShardConf.model_validate({"run": run, "shard": s.index}).to_json(),
             }
             for s in shards
         ],
@@ -133,31 +135,33 @@ def prepare_week(
 
 def load_shard(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
     """A shard run's first task: check its conf and hand each family group its cases."""
-    run, layout, index = shard_conf(conf)
-    shard = ShardPlan.from_json(read_json(layout.shard_cases(index)))
+    checked = shard_conf(conf)
+    shard = ShardPlan.from_json(read_json(checked.run.layout.shard_cases(checked.shard)))
     unknown = set(shard.by_family) - set(plan.family_names)
     if unknown:
         raise AvsimError(
             f"shard {shard.index} has cases of families {sorted(unknown)} that this DAG version does not "
             f"deploy ({', '.join(plan.family_names)}); the graph catalog changed since the week started"
         )
-    out: dict[str, Any] = {"run": run, "shard": shard.index}
+    out: dict[str, Any] = {"run": checked.run.to_json(), "shard": shard.index}
     for fam in plan.families:
         out[f"cases_{fam.name}"] = shard.by_family.get(fam.name, [])
     return out
 
 
-def shard_conf(conf: Any) -> tuple[dict[str, Any], RunLayout, int]:
-    """A shard run's conf, checked: its run descriptor, the run's artifact layout, its shard index.
+def shard_conf(conf: Any) -> ShardConf:
+    """A shard run's conf, checked: its run descriptor and its shard index.
 
-    Raises :class:`ManifestError` naming each bad field (``conf.run``, ``conf.shard``): a shard run
-    started by hand with a conf the weekly run did not write, or for a shard it never cut.
+    Raises :class:`ManifestError` naming each bad field (``conf.run.run_key``, ``conf.shard``...): a
+    shard run started by hand with a conf the weekly run did not write, or for a shard it never cut.
     """
+    from pydantic import ValidationError
+
     where = "shard DAG run conf"
     started_by = "shard runs are started by the weekly run (avsim_weekly), which writes their cases first"
     if not isinstance(conf, dict):
         raise ManifestError([Problem("conf", f"must be a mapping; {started_by}")], source=where)
-    problems = []
+    problems = []  # the two fields every hand-written conf gets wrong, in words; the model checks the rest
     run = conf.get("run")
     keys = ("run_key", "artifact_root")
     if not isinstance(run, dict) or not all(isinstance(run.get(k), str) and run[k].strip() for k in keys):
@@ -170,20 +174,30 @@ def shard_conf(conf: Any) -> tuple[dict[str, Any], RunLayout, int]:
         problems.append(Problem("conf.shard", f"must be an integer shard index (>= 0), got {shown}"))
     if problems:
         raise ManifestError(problems, source=where)
-    assert isinstance(run, dict) and isinstance(shard, int)
-    check_location(run["artifact_root"], "conf.run.artifact_root")
-    layout = RunLayout(run["artifact_root"], run["run_key"])
-    if not exists(layout.shard_cases(shard)):
+    try:
+        checked = ShardConf.model_validate(conf)
+    except ValidationError as exc:
+        problems = [
+            Problem(
+                ".".join(["conf", *(str(p) for p in err["loc"])]),
+                f"{err['msg'].lower()} (got {str(err.get('input'))[:60]!r}); {started_by}",
+            )
+            for err in exc.errors()
+        ]
+        raise ManifestError(problems, source=where) from None
+    run, index = checked.run, checked.shard
+    check_location(run.artifact_root, "conf.run.artifact_root")
+    if not exists(run.layout.shard_cases(index)):
         raise ManifestError(
             [
                 Problem(
                     "conf.shard",
-                    f"run {run['run_key']!r} has no shard {shard} under {layout.root}; {started_by}",
+                    f"run {run.run_key!r} has no shard {index} under {run.layout.root}; {started_by}",
                 )
             ],
             source=where,
         )
-    return run, layout, shard
+    return checked
 
 
 def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
@@ -194,12 +208,13 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
     from avsim.ledger.store import Ledger, summarize_shard
 
     try:
-        run, layout, index = shard_conf(conf)
+        checked = shard_conf(conf)
     except ManifestError as exc:
         from avsim.operators.exceptions import RunRejected
 
         raise RunRejected(str(exc)) from None
-    shard = ShardPlan.from_json(read_json(layout.shard_cases(index)))
+    layout = checked.run.layout
+    shard = ShardPlan.from_json(read_json(layout.shard_cases(checked.shard)))
     cases = []
     for fam, entries in shard.by_family.items():
         family = plan.family(fam)
@@ -230,7 +245,7 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
         from avsim.dagbuild.week_end import write_week_report
 
         head = read_json(layout.head_uri)
-        write_week_report(run, list(head.get("run_phases", {})))
+        write_week_report(checked.run.to_json(), list(head.get("run_phases", {})))
     if verdict.needs_attention:
         # The summary (and the report) are written: the shard run ends failed so the failure shows on
         # the weekly run, and "Clear → Only failed" there reruns these cases (avsim.verdict).

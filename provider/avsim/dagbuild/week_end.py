@@ -11,7 +11,7 @@ import datetime as dt
 import logging
 from typing import Any
 
-from avsim.artifacts import RunLayout
+from avsim.contracts import RunDescriptor
 from avsim.plan.shards import ShardPlan
 from avsim.storage import exists, read_json
 from avsim.verdict import WeekVerdict, week_verdict
@@ -29,7 +29,8 @@ def _write_report(run: dict[str, Any], run_phases: list[str]) -> tuple[dict[str,
     from avsim.ledger.store import Ledger
     from avsim.report.build import build_report, write_report
 
-    layout = RunLayout(run["artifact_root"], run["run_key"])
+    d = RunDescriptor.model_validate(run)
+    layout = d.layout
     ledger = Ledger(layout)
     head = read_json(layout.head_uri)
     summaries = ledger.shard_summaries()
@@ -41,9 +42,9 @@ def _write_report(run: dict[str, Any], run_phases: list[str]) -> tuple[dict[str,
         head,
         summaries,
         run_phase_outcomes,
-        run_id=str(run.get("run_id", run["run_key"])),
+        run_id=d.run_id or d.run_key,
         generated_at=dt.datetime.now(dt.UTC),
-        manifest_sha256=run.get("manifest_sha256"),
+        manifest_sha256=d.manifest_sha256 or None,
     )
     verdict = week_verdict(
         summaries,
@@ -61,9 +62,10 @@ def _why_not_started(run: dict[str, Any]) -> str:
     """Why a week left cases unstarted: its build's breaker (which a failed canary gate opens), or not known."""
     from avsim.ledger.breaker import Breaker, image_digest
 
-    state = Breaker(str(run["artifact_root"]), image_digest(str(run.get("image", "")))).state()
+    d = RunDescriptor.model_validate(run)
+    state = Breaker(d.artifact_root, image_digest(d.image)).state()
     if state.is_open:
-        return f"the circuit breaker of build {run.get('build_id')} is open: {state.reason}"
+        return f"the circuit breaker of build {d.build_id} is open: {state.reason}"
     return "their shard runs were not started (the canary gate failed or the run was stopped)"
 
 
@@ -77,11 +79,10 @@ def close_week(run: dict[str, Any]) -> dict[str, Any]:
     from avsim.ledger.store import Ledger, unstarted_shard_summary
     from avsim.plan.shards import CANARY_SHARD
 
-    layout = RunLayout(run["artifact_root"], run["run_key"])
+    d = RunDescriptor.model_validate(run)
+    layout = d.layout
     ledger = Ledger(layout)
-    indices = ([CANARY_SHARD] if int(run.get("canary_count") or 0) else []) + list(
-        range(1, int(run.get("shard_count") or 0) + 1)
-    )
+    indices = ([CANARY_SHARD] if d.canary_count else []) + list(range(1, d.shard_count + 1))
     why = ""
     closed = []
     for index in indices:
@@ -104,11 +105,10 @@ def finish_week(run: dict[str, Any], run_phases: list[str]) -> dict[str, str]:
     stopped the week, so the weekly run's state tells the truth (:mod:`avsim.verdict`).
     """
     uris, verdict = _write_report(run, run_phases)
+    d = RunDescriptor.model_validate(run)
     if verdict.needs_attention:
         from avsim.operators.exceptions import WeekNeedsAttention
 
-        raise WeekNeedsAttention(
-            f"week {run.get('iso_week')} (build {run.get('build_id')}): {verdict.line()}"
-        )
-    log.info("week %s: %s", run.get("iso_week"), verdict.line())
+        raise WeekNeedsAttention(f"week {d.iso_week} (build {d.build_id}): {verdict.line()}")
+    log.info("week %s: %s", d.iso_week, verdict.line())
     return uris

@@ -17,6 +17,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, TaskGroup, XComArg, get_current_context, task
 
 from avsim.artifacts import CANARY_RUN_SUFFIX, RUN_LEVEL_CASE
+from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
 from avsim.dagbuild import tasks, week_end
 from avsim.dagbuild.shard_dag import START_DATE, phase_operator_class, retry_kwargs
 from avsim.deadline.alert import deadline_alert
@@ -84,7 +85,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         },
     ) as dag:
 
-        @task(task_id="prepare", retries=1, priority_weight=plan.base_priority * 2)
+        @task(task_id=PREPARE_TASK_ID, retries=1, priority_weight=plan.base_priority * 2)
         def prepare() -> list[dict[str, Any]]:
             """Returns the shard runs to start; pushes the run descriptor ("run") and shard inputs."""
             ctx = get_current_context()
@@ -104,13 +105,13 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                 from avsim.operators.exceptions import RunRejected
 
                 raise RunRejected(str(exc)) from None
-            ctx["ti"].xcom_push(key="run", value=prepared["run"])
+            ctx["ti"].xcom_push(key=RUN_XCOM_KEY, value=prepared["run"])
             ctx["ti"].xcom_push(key="shard_inputs", value=prepared["shard_inputs"])
             ctx["ti"].xcom_push(key="canary", value=prepared["canary"])
             return list(prepared["shards"])
 
         shard_specs: Any = prepare()
-        run_xcom: Any = XComArg(shard_specs.operator, key="run")
+        run_xcom: Any = XComArg(shard_specs.operator, key=RUN_XCOM_KEY)
         shard_inputs: Any = XComArg(shard_specs.operator, key="shard_inputs")
         canary_xcom: Any = XComArg(shard_specs.operator, key="canary")
 

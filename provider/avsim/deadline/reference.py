@@ -39,6 +39,8 @@ from typing import Any
 
 from airflow.sdk.definitions.deadline import BaseDeadlineReference
 
+from avsim import airflow_internals
+
 log = logging.getLogger(__name__)
 
 #: The key of a run's conf that sets its deadline.
@@ -179,7 +181,7 @@ class AvsimRunDeadline(BaseDeadlineReference):
         return cls(default_after_seconds=float(reference_data.get("default_after_seconds", 156 * 3600.0)))
 
     def _evaluate_with(self, *, session: Any, **kwargs: Any) -> dt.datetime | None:
-        from airflow.models import DagRun
+        DagRun = airflow_internals.models()["DagRun"]
         from sqlalchemy import select
 
         row = session.execute(

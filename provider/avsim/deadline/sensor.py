@@ -146,6 +146,8 @@ class DeadlineTrackerSensor(BaseSensorOperator):
                 action=action,
             ),
             method_name="execute_complete",
+            # Every deferral ends: a week is never tracked past the sensor's timeout per deferral.
+            timeout=dt.timedelta(seconds=float(self.timeout)),
         )
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:

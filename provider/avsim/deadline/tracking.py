@@ -49,16 +49,16 @@ class ExecutionApiCounts:
     def ti_count(
         self, *, dag_id: str, run_ids: list[str], task_ids: list[str], states: list[str] | None
     ) -> int:
-        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+        from avsim.airflow_internals import runtime_task_instance
 
         return int(
-            RuntimeTaskInstance.get_ti_count(dag_id=dag_id, run_ids=run_ids, task_ids=task_ids, states=states)
+            runtime_task_instance().get_ti_count(dag_id=dag_id, run_ids=run_ids, task_ids=task_ids, states=states)
         )
 
     def dr_count(self, *, dag_id: str, run_ids: list[str], states: list[str]) -> int:
-        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+        from avsim.airflow_internals import runtime_task_instance
 
-        return int(RuntimeTaskInstance.get_dr_count(dag_id=dag_id, run_ids=run_ids, states=states))
+        return int(runtime_task_instance().get_dr_count(dag_id=dag_id, run_ids=run_ids, states=states))
 
 
 #: The parent's tasks that start and wait for the shard runs: when all of their task instances
@@ -87,20 +87,28 @@ class TrackedRun:
         cls, run: Mapping[str, Any], shard_dag_id: str, window_task_ids: Sequence[str] = WINDOW_TASKS
     ) -> TrackedRun:
         """From the run descriptor ``prepare`` pushes (XCom ``run``)."""
+        from pydantic import ValidationError
+
+        from avsim.contracts import RunDescriptor
+
         missing = sorted({"artifact_root", "run_key", "dag_id", "run_id", "shard_count"} - set(run))
+        try:
+            checked = RunDescriptor.model_validate(dict(run))
+        except ValidationError as exc:
+            missing = missing or [".".join(map(str, e["loc"])) for e in exc.errors()]
         if missing:
             raise AvsimError(
                 f"the run descriptor given to the deadline tracker lacks {', '.join(missing)}; "
                 "pass the XCom 'run' that the weekly DAG's prepare task pushes"
             )
         return cls(
-            artifact_root=str(run["artifact_root"]),
-            run_key=str(run["run_key"]),
-            dag_id=str(run["dag_id"]),
-            run_id=str(run["run_id"]),
+            artifact_root=checked.artifact_root,
+            run_key=checked.run_key,
+            dag_id=checked.dag_id,
+            run_id=checked.run_id,
             shard_dag_id=shard_dag_id,
-            shard_count=int(run["shard_count"]),
-            canary=bool(run.get("canary_count")),
+            shard_count=checked.shard_count,
+            canary=bool(checked.canary_count),
             window_task_ids=tuple(window_task_ids),
         )
 

@@ -37,6 +37,7 @@ from airflow.version import version as airflow_version
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
+from avsim.airflow_internals import pod_config_dict
 from avsim.attempt import PhaseAttempt
 from avsim.kube import pod_spec, pods
 from avsim.operators.lifecycle import PhaseLifecycle
@@ -259,7 +260,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                 lease_seconds=self._attempt.runtime.lease_seconds,
                 startup_timeout=float(self.startup_timeout_seconds),
                 kubernetes_conn_id=self.kubernetes_conn_id,
-                config_dict=self._config_dict,
+                config_dict=pod_config_dict(self),
                 cluster_context=self.cluster_context,
                 in_cluster=self.in_cluster,
                 check_interval=self.lease_check_interval,

@@ -28,6 +28,7 @@ from typing import Any
 
 from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
 from avsim.attempt import PhaseAttempt, PhaseRuntime, phase_spec_for
+from avsim.contracts import OUTCOME_XCOM_KEY, PhaseResult, RunDescriptor
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
 from avsim.phases import policy
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, AttemptResult, Outcome
@@ -62,8 +63,13 @@ class PhaseLifecycle:
 
     # -- where things are ---------------------------------------------------------------------------
     @cached_property
+    def descriptor(self) -> RunDescriptor:
+        """The run this phase belongs to (``run``, as ``prepare`` described it)."""
+        return RunDescriptor.model_validate(self.run)
+
+    @cached_property
     def layout(self) -> RunLayout:
-        return RunLayout(self.run["artifact_root"], self.run["run_key"])
+        return self.descriptor.layout
 
     @cached_property
     def ledger(self) -> Any:
@@ -83,8 +89,8 @@ class PhaseLifecycle:
 
         return Breaker(
             self.layout.root,
-            image_digest(str(self.run.get("image", ""))),
-            build_id=str(self.run.get("build_id", "")),
+            image_digest(self.descriptor.image),
+            build_id=self.descriptor.build_id,
             config=BreakerConfig.from_head(self.head),
             documents=self.ledger.documents,
         )
@@ -113,11 +119,11 @@ class PhaseLifecycle:
         uris: dict[str, str] = {}
         keys: dict[str, str] = {}
         for up_phase, task_ids in self.upstream_phases.items():
-            value = None
+            value: PhaseResult | None = None
             for task_id in task_ids:  # a spot task and its on-demand twin: one of them produced it
                 found = ti.xcom_pull(task_ids=task_id, map_indexes=ti.map_index)
                 if isinstance(found, dict) and found.get("output_uri"):
-                    value = found
+                    value = PhaseResult.model_validate(found)
                     break
             if value is None:
                 from avsim.operators.exceptions import PhaseBadInput
@@ -125,8 +131,8 @@ class PhaseLifecycle:
                 raise PhaseBadInput(
                     f"{self._where()}: upstream phase {up_phase!r} ({', '.join(task_ids)}) left no committed output"
                 )
-            uris[up_phase] = str(value["output_uri"])
-            keys[up_phase] = str(value.get("cache_key", ""))
+            uris[up_phase] = value.output_uri
+            keys[up_phase] = value.cache_key
         return uris, keys
 
     def runtime_spec(self) -> dict[str, Any]:
@@ -148,7 +154,7 @@ class PhaseLifecycle:
             ""
             if self.is_run_level
             else cache_key(
-                image=str(self.run.get("image", "")),
+                image=self.descriptor.image,
                 phase=self.phase,
                 spec=spec,
                 case=case,
@@ -161,8 +167,8 @@ class PhaseLifecycle:
             phase=self.phase,
             attempt=number,
             runtime=PhaseRuntime.from_spec(spec),
-            build_id=str(self.run.get("build_id", "")),
-            image=str(self.run.get("image", "")),
+            build_id=self.descriptor.build_id,
+            image=self.descriptor.image,
             inputs=uris,
             node_class=self.node_class,
         )
@@ -211,15 +217,16 @@ class PhaseLifecycle:
         state = self.breaker.state()
         if state.is_open:
             return self._fail_without_launch(
+                ti,
                 template,
                 Outcome.BAD_BUILD,
                 "breaker_open",
-                f"circuit breaker open for build {self.run.get('build_id')} ({self.breaker.digest}): "
+                f"circuit breaker open for build {self.descriptor.build_id} ({self.breaker.digest}): "
                 f"{state.reason}; nothing launched. Reset it with `avsim breaker reset {self.breaker.digest}` "
                 "once the build is fixed, or start a run with a new build",
             )
         history = self._settle_abandoned(ti, template.round_start)
-        self._admit(template, runtime, history)
+        self._admit(ti, template, runtime, history)
         claimed = self.ledger.claim_attempt(template)
         return attempt.with_attempt(claimed.attempt)
 
@@ -266,9 +273,10 @@ class PhaseLifecycle:
             if self._in_round(rec, round_start) and rec.outcome is not None and rec.attempt != excluding
         ]
 
-    def _admit(self, template: AttemptRecord, runtime: PhaseRuntime, history: list[Outcome]) -> None:
+    def _admit(self, ti: Any, template: AttemptRecord, runtime: PhaseRuntime, history: list[Outcome]) -> None:
         decision = policy.admit(history, runtime.retry, self.role, gpus=runtime.gpus)
         if decision.action is Action.EXHAUSTED:
+            self._publish(ti, template, decision.outcome)
             # Only lost workers' attempts (settled above) can get here: nothing else raised for them.
             result = AttemptResult(
                 decision.outcome, reason="lost workers used up the infrastructure budget", detail="abandoned"
@@ -306,6 +314,8 @@ class PhaseLifecycle:
         )
         self.ledger.record_attempt(rec)
         self._observe(rec, attempt)
+        if not result.outcome.produced_output:  # a committed result is the task's return value
+            self._publish(ti, rec)
         decision = policy.decide(
             self._round_history(rec.round_start, excluding=rec.attempt),
             result.outcome,
@@ -346,7 +356,7 @@ class PhaseLifecycle:
             metrics.preemption(self.phase, self.node_class)
         first = rec.attempt == 1 and rec.outcome is not Outcome.PREEMPTED and not self.is_run_level
         if first and self.breaker.record(rec.outcome.counts_against_build, self._where(rec.attempt)):
-            metrics.breaker_trip(str(self.run.get("build_id", "")), self.breaker.digest)
+            metrics.breaker_trip(self.descriptor.build_id, self.breaker.digest)
 
     def _outcome_record(self, rec: AttemptRecord, result: AttemptResult, *, output: bool) -> OutcomeRecord:
         return OutcomeRecord(
@@ -381,7 +391,7 @@ class PhaseLifecycle:
         cls = FAILURE_EXCEPTIONS[decision.failure]
         if decision.action is Action.FAIL_FAST:
             if result.outcome is Outcome.BAD_BUILD:
-                raise cls(f"{where}: bad build {self.run.get('build_id')}: {what}")
+                raise cls(f"{where}: bad build {self.descriptor.build_id}: {what}")
             raise cls(f"{where} rejected its input: {what}")
         klass = result.outcome.value + (f"/{result.detail}" if result.detail else "")
         raise cls(f"{where} failed ({klass}): {what}; {decision.describe()}")
@@ -401,13 +411,14 @@ class PhaseLifecycle:
         )
 
     def _fail_without_launch(
-        self, template: AttemptRecord, outcome: Outcome, detail: str, reason: str
+        self, ti: Any, template: AttemptRecord, outcome: Outcome, detail: str, reason: str
     ) -> dict[str, Any]:
         claimed = self.ledger.claim_attempt(template)
         ended = dataclasses.replace(
             claimed, state="ended", ended_at=_now().isoformat(), outcome=outcome, detail=detail, reason=reason
         )
         self.ledger.record_attempt(ended)
+        self._publish(ti, ended)
         result = AttemptResult(outcome, reason=reason, detail=detail)
         self._commit_failure_and_raise(
             ended, result, Decision(Action.FAIL_FAST, outcome, policy.failure_for(outcome, detail))
@@ -467,18 +478,37 @@ class PhaseLifecycle:
                 f"after its spot task handed over: clear {spot} (with Downstream) instead"
             )
         self.case, self.run = handed["case"], handed["run"]
+        for derived in ("descriptor", "layout", "ledger", "head", "breaker", "cache"):
+            self.__dict__.pop(derived, None)
 
     # -- helpers ------------------------------------------------------------------------------------
     def _xcom(self, rec: OutcomeRecord) -> dict[str, Any]:
-        return {
-            "case_id": rec.case_id,
-            "phase": rec.phase,
-            "outcome": rec.outcome.value,
-            "output_uri": rec.output_uri,
-            "attempt": rec.attempt,
-            "cache_key": rec.cache_key,
-            "reused": bool(rec.reused_from),
-        }
+        """The task's return value: the committed result downstream phases read."""
+        return PhaseResult(
+            case_id=rec.case_id,
+            phase=rec.phase,
+            outcome=rec.outcome,
+            output_uri=rec.output_uri,
+            attempt=rec.attempt,
+            cache_key=rec.cache_key,
+            reused=bool(rec.reused_from),
+            detail=rec.detail,
+        ).to_json()
+
+    def _publish(self, ti: Any, rec: AttemptRecord, outcome: Outcome | None = None) -> None:
+        """Push how an attempt that committed no result ended (XCom ``avsim_outcome``), for the pages:
+        a failed or retried task's class without a ledger read."""
+        outcome = outcome or rec.outcome
+        assert outcome is not None
+        result = PhaseResult(
+            case_id=rec.case_id,
+            phase=self.phase,
+            outcome=outcome,
+            attempt=rec.attempt,
+            detail=rec.detail,
+            reason=rec.reason[-300:],
+        )
+        ti.xcom_push(key=OUTCOME_XCOM_KEY, value=result.to_json())
 
     def _small_result(self, output_uri: str) -> dict[str, Any]:
         from avsim.storage import read_json

@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 
-from avsim.artifacts import RunLayout
+from avsim.contracts import RunDescriptor
 
 #: The longest a ``shards`` task waits, deferred, for a shard run it found already there.
 SHARD_WAIT_TIMEOUT = dt.timedelta(days=8)
@@ -53,8 +53,13 @@ class ShardRunOperator(TriggerDagRunOperator):
         #: Appended to the map index label when the shard needs attention (" · 2 need attention").
         self.attention_label = ""
 
+    @property
+    def descriptor(self) -> RunDescriptor:
+        """The week this shard run belongs to (``run``, rendered from ``prepare``'s XCom)."""
+        return RunDescriptor.model_validate(self.run)
+
     def execute(self, context: Any) -> Any:
-        if int(self.shard) == 0 and not int(self.run.get("canary_count") or 0):
+        if int(self.shard) == 0 and not self.descriptor.canary_count:
             # Succeed, not skip: the run-level phases and the report wait on the canary with
             # all_done_min_one_success, which in Airflow 3.3 skips a task when any upstream was
             # skipped, so a skipped canary would leave the week without its summary and report.
@@ -98,13 +103,14 @@ class ShardRunOperator(TriggerDagRunOperator):
         """Start no shard run of a build whose circuit breaker is open: its phases would fail anyway."""
         from avsim.ledger.breaker import Breaker, image_digest
 
-        digest = image_digest(str(self.run.get("image", "")))
-        state = Breaker(str(self.run["artifact_root"]), digest).state()
+        run = self.descriptor
+        digest = image_digest(run.image)
+        state = Breaker(run.artifact_root, digest).state()
         if state.is_open:
             from avsim.operators.exceptions import BreakerOpen
 
             raise BreakerOpen(
-                f"shard {self.shard} not started: the circuit breaker of build {self.run.get('build_id')} is open "
+                f"shard {self.shard} not started: the circuit breaker of build {run.build_id} is open "
                 f"({state.reason}). Reset it with `avsim breaker reset {digest}` and clear this task, "
                 "or start a run with a fixed build"
             )
@@ -138,7 +144,7 @@ class ShardRunOperator(TriggerDagRunOperator):
             run_id,
             len(tasks),
         )
-        layout = RunLayout(self.run["artifact_root"], self.run["run_key"])
+        layout = self.descriptor.layout
         Ledger(layout).record_repair(
             int(self.shard),
             int(ti.try_number),
@@ -176,7 +182,7 @@ class ShardRunOperator(TriggerDagRunOperator):
         from avsim.storage import exists, read_json
         from avsim.verdict import shard_verdict
 
-        layout = RunLayout(self.run["artifact_root"], self.run["run_key"])
+        layout = self.descriptor.layout
         _, data = event
         run_id = (data.get("run_ids") or [str(self.trigger_run_id)])[0]
         if data.get(run_id) in self.failed_states:

@@ -12,11 +12,13 @@ canary stage (too small) passes at once.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator
 
+from avsim.contracts import RunDescriptor
 from avsim.operators.exceptions import CanaryGateFailed
 
 
@@ -41,18 +43,21 @@ class CanaryGateSensor(BaseSensorOperator):
             return {"state": "passed", "cases": 0, "message": "no canary stage"}
         from avsim.triggers.canary import CanaryGateTrigger
 
+        run = RunDescriptor.model_validate(self.run)
         self.defer(
             trigger=CanaryGateTrigger(
-                artifact_root=self.run["artifact_root"],
-                run_key=self.run["run_key"],
+                artifact_root=run.artifact_root,
+                run_key=run.run_key,
                 canary_cases=canary["cases"],
                 threshold=float(canary["threshold"]),
-                build=str(self.run.get("build_id", "")),
+                build=run.build_id,
                 shard=int(canary.get("shard", 0)),
                 poll_interval=self.poll_interval,
-                image=str(self.run.get("image", "")),
+                image=run.image,
             ),
             method_name="execute_complete",
+            # Every deferral ends: a canary that never finishes fails the gate after the sensor's timeout.
+            timeout=dt.timedelta(seconds=float(self.timeout)),
         )
 
     def poke(self, context: Any) -> bool:  # pragma: no cover - the gate always defers
@@ -68,7 +73,7 @@ class CanaryGateSensor(BaseSensorOperator):
 
             raise AirflowException(f"canary gate could not decide: {event.get('message')}")
         passed = status == "passed"
-        metrics.canary_decision(str(self.run.get("build_id", "")), passed)
+        metrics.canary_decision(RunDescriptor.model_validate(self.run).build_id, passed)
         self.log.info("%s", event.get("message"))
         if not passed:
             raise CanaryGateFailed(str(event.get("message")))

@@ -25,22 +25,21 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from sqlalchemy.orm import Session
 
+from avsim import airflow_internals
+from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
 from avsim.ui import files, pages, urls
 from avsim.ui.progress import DigestCache
 from avsim.ui.timeline import TimelineCache
 
 
 def _authenticated() -> Any:
-    from airflow.api_fastapi.core_api.security import requires_authenticated
-
-    return requires_authenticated()
+    return airflow_internals.requires_authenticated()()
 
 
 def db_session() -> Iterator[Session]:
     """A metadata-database session for one request (the API server's own engine)."""
-    from airflow.utils.session import create_session
 
-    with create_session(scoped=False) as session:
+    with airflow_internals.create_session(scoped=False) as session:
         yield session
 
 
@@ -93,8 +92,8 @@ def create_app() -> FastAPI:
 
     @app.get("/", dependencies=guarded, response_class=HTMLResponse)
     def index(request: Request, session: DbSession) -> str:
-        from airflow.models.dagrun import DagRun
-        from airflow.models.xcom import XComModel
+        DagRun = airflow_internals.models()["DagRun"]
+        XComModel = airflow_internals.models()["XComModel"]
         from sqlalchemy import select
 
         base = _base(request)
@@ -102,7 +101,7 @@ def create_app() -> FastAPI:
         runs = session.execute(
             select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.start_date)
             .join(XComModel, XComModel.dag_run_id == DagRun.id)
-            .where(XComModel.task_id == "prepare", XComModel.key == "run")
+            .where(XComModel.task_id == PREPARE_TASK_ID, XComModel.key == RUN_XCOM_KEY)
             .order_by(DagRun.run_after.desc())
             .limit(200)
         ).all()
@@ -163,7 +162,7 @@ def create_app() -> FastAPI:
     def case_of_task(
         request: Request, session: DbSession, dag_id: str, run_id: str, task_id: str, map_index: int
     ) -> RedirectResponse | HTMLResponse:
-        from airflow.models.taskinstance import TaskInstance as TI
+        TI = airflow_internals.models()["TaskInstance"]
         from sqlalchemy import select
 
         case_id = session.execute(

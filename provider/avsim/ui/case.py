@@ -12,18 +12,20 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from avsim import airflow_internals
 from avsim.artifacts import RunLayout, run_key_for, shard_dag_id
+from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
 from avsim.ui import urls
 from avsim.ui.files import check_segment, resolve
 
 
 def weekly_run_of(session: Session, run_key: str) -> tuple[str, str] | None:
     """(dag id, run id) of the weekly run whose prepare recorded this run key, if any."""
-    from airflow.models.xcom import XComModel
+    XComModel = airflow_internals.models()["XComModel"]
 
     for dag_id, run_id, value in session.execute(
         select(XComModel.dag_id, XComModel.run_id, XComModel.value).where(
-            XComModel.key == "run", XComModel.task_id == "prepare"
+            XComModel.key == RUN_XCOM_KEY, XComModel.task_id == PREPARE_TASK_ID
         )
     ).all():
         key = value.get("run_key") if isinstance(value, Mapping) else None
@@ -34,7 +36,7 @@ def weekly_run_of(session: Session, run_key: str) -> tuple[str, str] | None:
 
 def task_instances(session: Session, dag_id: str, run_id: str, case_id: str) -> list[dict[str, Any]]:
     """The phase task instances of a case in the weekly run's shard runs."""
-    from airflow.models.taskinstance import TaskInstance as TI
+    TI = airflow_internals.models()["TaskInstance"]
 
     shard_dag = shard_dag_id(dag_id)
     rows = session.execute(

@@ -29,33 +29,46 @@ from typing import Any
 from sqlalchemy import Float, Integer, String, case, cast, func, literal, null, or_, select, text, union_all
 from sqlalchemy.orm import Session
 
+from avsim import airflow_internals
+from avsim.contracts import OUTCOME_XCOM_KEY
+from avsim.phases.contract import NOT_RUN, Outcome
+
 #: Task-instance states after which a phase will not run again unless cleared.
 TERMINAL = ("success", "failed", "upstream_failed", "skipped", "removed")
 #: States of a phase that is being worked on.
 ACTIVE = ("running", "queued", "up_for_retry", "up_for_reschedule", "deferred", "restarting")
 #: Case classes, most specific first (as :func:`avsim.ledger.store.case_outcome` ranks them);
 #: ``failed`` is a failed phase whose class was not recorded.
-CASE_CLASSES = ("bad_input", "bad_build", "preempted", "failed", "infra_failed", "scenario_failed", "passed")
+_O = Outcome
+#: A failed phase task that published no outcome (its worker died before it could).
+FAILED = "failed"
+CASE_CLASSES = tuple(
+    c.value if isinstance(c, Outcome) else c
+    for c in (_O.BAD_INPUT, _O.BAD_BUILD, _O.PREEMPTED, FAILED, _O.INFRA_FAILED, _O.SCENARIO_FAILED, _O.PASSED)
+)
 #: Phase classes that make a case fail for infrastructure when no more specific class applies.
-_BLOCKED = ("infra_failed", "upstream_failed", "not_run")
+_BLOCKED = (_O.INFRA_FAILED.value, _O.UPSTREAM_FAILED.value, NOT_RUN)
 #: Order of listed failures: what needs an engineer first.
-FAILURE_ORDER = ("bad_build", "bad_input", "failed", "infra_failed", "preempted", "scenario_failed")
+FAILURE_ORDER = tuple(
+    c.value if isinstance(c, Outcome) else c
+    for c in (_O.BAD_BUILD, _O.BAD_INPUT, FAILED, _O.INFRA_FAILED, _O.PREEMPTED, _O.SCENARIO_FAILED)
+)
 #: XCom key of the outcome a phase attempt ended with (pushed by the phase operator).
-OUTCOME_XCOM = "avsim_outcome"
+OUTCOME_XCOM = OUTCOME_XCOM_KEY
 #: A task's class -> rank; a phase of a case takes the class of highest rank among its tasks
 #: (a result beats work in progress, which beats a failure, which beats a skipped task).
 RANK = {
-    "scenario_failed": 91,
-    "passed": 90,
+    _O.SCENARIO_FAILED.value: 91,
+    _O.PASSED.value: 90,
     "running": 80,
-    "bad_input": 76,
-    "bad_build": 75,
-    "preempted": 74,
-    "failed": 73,
-    "infra_failed": 72,
-    "upstream_failed": 60,
+    _O.BAD_INPUT.value: 76,
+    _O.BAD_BUILD.value: 75,
+    _O.PREEMPTED.value: 74,
+    FAILED: 73,
+    _O.INFRA_FAILED.value: 72,
+    _O.UPSTREAM_FAILED.value: 60,
     "waiting": 50,
-    "not_run": 30,
+    NOT_RUN: 30,
     "skipped": 20,
 }
 #: Phase classes of a phase that is over.
@@ -95,7 +108,6 @@ class Digest:
     #: failed or scenario-failed phases: dicts (run_id, task_id, map_index, case_id, ...)
     failures: list[dict[str, Any]] = field(default_factory=list)
     #: whether failures without a recorded class were looked up in the ledger
-    resolved: bool = False
 
 
 class DigestCache:
@@ -124,7 +136,7 @@ class DigestCache:
 
 def shard_runs(session: Session, shard_dag_id: str, run_id: str) -> list[ShardRun]:
     """The shard runs (and canary run) the weekly run ``run_id`` started."""
-    from airflow.models.dagrun import DagRun
+    DagRun = airflow_internals.models()["DagRun"]
 
     prefix = f"{run_id}__"
     rows = session.execute(
@@ -151,7 +163,7 @@ def _xcom_of(shard_dag_id: str, row: Any, keys: Sequence[str], field: str) -> An
     A correlated subquery: one probe of the XCom index per task instance, whatever the size of
     the XCom table and whatever the planner estimates (a join invited whole-table scans).
     """
-    from airflow.models.xcom import XComModel as X
+    X = airflow_internals.models()["XComModel"]
 
     return (
         select(X.value[field].as_string())
@@ -170,7 +182,7 @@ def _xcom_of(shard_dag_id: str, row: Any, keys: Sequence[str], field: str) -> An
 
 def _phase_tis(shard_dag_id: str, run_ids: Sequence[str], task_ids: Sequence[str]) -> Any:
     """One row per phase task instance of ``run_ids``: its family, phase and class (``cls``)."""
-    from airflow.models.taskinstance import TaskInstance as TI
+    TI = airflow_internals.models()["TaskInstance"]
 
     from avsim.plan.model import ON_DEMAND_SUFFIX
 
@@ -231,8 +243,8 @@ def compute_digests(
     session: Session, shard_dag_id: str, run_ids: Sequence[str], gpu_pools: Sequence[str]
 ) -> dict[str, Digest]:
     """The digest of each shard run in ``run_ids``: a few queries for all of them together."""
-    from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
+    TI = airflow_internals.models()["TaskInstance"]
+    TIH = airflow_internals.models()["TaskInstanceHistory"]
 
     digests = {r: Digest() for r in run_ids}
     if not run_ids:
@@ -388,7 +400,7 @@ def running_gpu_seconds(
     session: Session, shard_dag_id: str, run_ids: Sequence[str], gpu_pools: Sequence[str], now: dt.datetime
 ) -> tuple[int, float]:
     """(GPUs held, GPU-seconds so far) of the GPU phases running now (rows bounded by the GPUs in use)."""
-    from airflow.models.taskinstance import TaskInstance as TI
+    TI = airflow_internals.models()["TaskInstance"]
 
     if not run_ids:
         return 0, 0.0

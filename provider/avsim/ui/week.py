@@ -9,7 +9,6 @@ links to their task instances, case pages and artifacts.
 from __future__ import annotations
 
 import datetime as dt
-import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,8 +18,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from avsim.artifacts import RunLayout
-from avsim.dagbuild.tasks import run_key_for
+from avsim import airflow_internals
+from avsim.artifacts import RunLayout, run_key_for
+from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
 from avsim.ui import run_docs, urls
 from avsim.ui.progress import (
     CASE_CLASSES,
@@ -35,8 +35,6 @@ from avsim.ui.progress import (
 
 #: Failed cases listed per page, at most.
 MAX_LIMIT = 500
-#: Most ledger records read per request for failures whose class the database does not have.
-MAX_LEDGER_READS = 1000
 _PHASE_ORDER = ("prepare", "simulate", "perceive", "evaluate", "render", "report")
 
 
@@ -70,8 +68,8 @@ def parent_of(dag_id: str, run_id: str) -> tuple[str, str]:
 
 def resolve_week(session: Session, dag_id: str, run_id: str, default_root: str) -> WeekRef | None:
     """The weekly run, or None when the metadata database has no such weekly run."""
-    from airflow.models.dagrun import DagRun
-    from airflow.models.xcom import XComModel
+    DagRun = airflow_internals.models()["DagRun"]
+    XComModel = airflow_internals.models()["XComModel"]
 
     dag_id, run_id = parent_of(dag_id, run_id)
     found = session.execute(
@@ -81,12 +79,12 @@ def resolve_week(session: Session, dag_id: str, run_id: str, default_root: str) 
         return None
     value = session.execute(
         select(XComModel.value).where(
-            XComModel.dag_run_id == found, XComModel.task_id == "prepare", XComModel.key == "run"
+            XComModel.dag_run_id == found, XComModel.task_id == PREPARE_TASK_ID, XComModel.key == RUN_XCOM_KEY
         )
     ).scalar_one_or_none()
     desc = value if isinstance(value, Mapping) else {}
     if not desc:
-        from airflow.models.dag import DagModel
+        DagModel = airflow_internals.models()["DagModel"]
 
         shard_dag = session.execute(
             select(DagModel.dag_id).where(DagModel.dag_id == f"{dag_id}_shard")
@@ -103,8 +101,8 @@ def resolve_week(session: Session, dag_id: str, run_id: str, default_root: str) 
 
 
 def _run_row(session: Session, ref: WeekRef) -> dict[str, Any]:
-    from airflow.models.dagrun import DagRun
-    from airflow.models.taskinstance import TaskInstance as TI
+    DagRun = airflow_internals.models()["DagRun"]
+    TI = airflow_internals.models()["TaskInstance"]
 
     state, start, end = session.execute(
         select(DagRun.state, DagRun.start_date, DagRun.end_date).where(
@@ -257,61 +255,6 @@ def _ledger_outcomes(layout: RunLayout, keys: Sequence[tuple[str, str]]) -> dict
     return dict(zip(keys, found, strict=True))
 
 
-_RESOLVING = threading.Lock()
-
-
-def resolve_unrecorded(digests: Mapping[str, Digest], finished: set[str], layout: RunLayout) -> None:
-    """Give failed phases without a recorded class (``failed``) their class from the ledger.
-
-    Only needed while the phase operator does not push ``avsim_outcome``: each digest is resolved
-    once (cached digests keep it), at most :data:`MAX_LEDGER_READS` records per request; the
-    rest stay ``failed`` until a later request. A case moves from ``failed`` to the most specific
-    class its resolved phases give; in an active shard run a case's status is not known per
-    failure, so one done with an unrecorded failure is moved first.
-    """
-    with _RESOLVING:  # cached digests are shared by concurrent requests: adjust each once
-        _resolve(digests, finished, layout)
-
-
-def _resolve(digests: Mapping[str, Digest], finished: set[str], layout: RunLayout) -> None:
-    todo = [(rid, d) for rid, d in digests.items() if not d.resolved]
-    keys = [
-        (str(f["case_id"]), str(f["phase"]))
-        for _rid, d in todo
-        for f in d.failures
-        if f["cls"] == "failed" and f["case_id"] is not None
-    ][:MAX_LEDGER_READS]
-    records = _ledger_outcomes(layout, keys)
-    for rid, d in todo:
-        per_case: dict[str, list[str]] = {}
-        complete = True
-        for f in d.failures:
-            if f["cls"] != "failed":
-                continue
-            rec = records.get((str(f["case_id"]), str(f["phase"])))
-            if rec is None:
-                complete = complete and (str(f["case_id"]), str(f["phase"])) in records
-                continue
-            cls = rec.outcome.value
-            f["cls"], f["reason"] = cls, f["reason"] or rec.reason
-            n, seconds = d.phases.get((f["phase"], "failed"), (0, 0.0))
-            if n:
-                d.phases[(f["phase"], "failed")] = (n - 1, seconds)
-                m, more = d.phases.get((f["phase"], cls), (0, 0.0))
-                d.phases[(f["phase"], cls)] = (m + 1, more)
-            per_case.setdefault(str(f["case_id"]), []).append(cls)
-        for classes in per_case.values():
-            specific = next((c for c in CASE_CLASSES[:3] if c in classes), "infra_failed")
-            for status in ("done", "running") if rid not in finished else ("done",):
-                if d.cases.get((status, "failed")):
-                    d.cases[(status, "failed")] -= 1
-                    d.cases[(status, specific)] = d.cases.get((status, specific), 0) + 1
-                    break
-        d.phases = {k: v for k, v in d.phases.items() if v[0]}
-        d.cases = {k: v for k, v in d.cases.items() if v}
-        d.resolved = complete
-
-
 def _failed(
     digests: Mapping[str, Digest], ref: WeekRef, base: str, offset: int, limit: int
 ) -> dict[str, Any]:
@@ -386,7 +329,6 @@ def week_progress(
     head_doc = run_docs.read_doc(layout.head_uri) or {}
     runs = shard_runs(session, ref.shard_dag_id, ref.run_id)
     digests = digests_for(session, ref.shard_dag_id, runs, gpu_pools, cache)
-    resolve_unrecorded(digests, {r.run_id for r in runs if r.finished}, layout)
     active = [r.run_id for r in runs if not r.finished]
     running = running_gpu_seconds(session, ref.shard_dag_id, active, gpu_pools, now)
     planned_cases = next(
