@@ -70,6 +70,8 @@ class PhaseAttempt:
     node_class: str = ""
     #: Extra environment the backend adds (heartbeat location, ...).
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: What a committed result of this attempt is cached under ("" for run-level phases).
+    cache_key: str = ""
 
     @property
     def case_id(self) -> str:

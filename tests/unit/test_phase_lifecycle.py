@@ -54,11 +54,10 @@ class Phase(PhaseLifecycle):
     """A phase task of ``role``: the lifecycle with the attributes its operators set."""
 
     def __init__(self, run: dict[str, Any], case: dict[str, Any], phase: str, role: Role, gpus: int) -> None:
-        self.run, self.case, self.phase, self.role = run, case, phase, role
+        self.init_phase(
+            phase=phase, case=case, run=run, upstream_phases=None, inputs=None, role=role, gpus=gpus, reuse_outputs=True
+        )
         self.task_id = f"standard.{phase}" + ("_on_demand" if role is Role.ON_DEMAND else "")
-        self.upstream_phases = {}
-        self.inputs = None
-        self.node_class = self.node_class_for(gpus, role)
         self.log = logging.getLogger("test.lifecycle")
         self.retries = 0
 

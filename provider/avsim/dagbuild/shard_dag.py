@@ -14,11 +14,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from airflow.sdk import DAG, get_current_context, task, task_group
+from airflow.sdk import DAG, BaseOperator, get_current_context, task, task_group
 
 from avsim.dagbuild import tasks
 from avsim.errors import ManifestError
-from avsim.operators.phase import AvsimPhaseOperator, LocalPhaseOperator
+from avsim.operators.phase import LocalPhaseOperator
 from avsim.operators.retry import PhaseRetryPolicy
 from avsim.phases.policy import Role, task_retries
 from avsim.plan.model import FamilyPlan, PhasePlan, WeeklyPlan
@@ -74,12 +74,12 @@ def phase_task_kwargs(phase: PhasePlan, role: Role, run_class: str) -> dict[str,
 
 
 def _family_group(
-    family: FamilyPlan, run: Any, operator: type[AvsimPhaseOperator], run_class: str, reuse_outputs: bool
+    family: FamilyPlan, run: Any, operator: type[BaseOperator], run_class: str, reuse_outputs: bool
 ) -> Any:
     @task_group(group_id=family.group_id, tooltip=f"graph {family.name}: one map index per case")
     def group(case: Any) -> None:
         # phase name -> the tasks that may produce its result: one, or a GPU phase's spot task and twin
-        made_by: dict[str, list[AvsimPhaseOperator]] = {}
+        made_by: dict[str, list[BaseOperator]] = {}
         for phase in family.phases:
             ups = {up: [t.task_id for t in made_by[up]] for up in phase.upstream}
             common: dict[str, Any] = {

@@ -41,7 +41,6 @@ from avsim.airflow_internals import pod_config_dict
 from avsim.attempt import PhaseAttempt
 from avsim.kube import pod_spec, pods
 from avsim.operators.lifecycle import PhaseLifecycle
-from avsim.operators.phase import upstream_task_ids
 from avsim.phases.contract import AttemptResult, Outcome
 from avsim.phases.policy import Role
 from avsim.settings import KubernetesSettings
@@ -102,15 +101,16 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         kwargs["durable"] = False
         kwargs["random_name_suffix"] = False
         super().__init__(**kwargs)
-        self.phase = phase
-        self.case = case
-        self.run = run
-        self.upstream_phases = upstream_task_ids(upstream_phases)
-        self.inputs = inputs
-        self.role = Role(role)
-        self.gpus = gpus
-        self.node_class = self.node_class_for(gpus, self.role)
-        self.reuse_outputs = reuse_outputs
+        self.init_phase(
+            phase=phase,
+            case=case,
+            run=run,
+            upstream_phases=upstream_phases,
+            inputs=inputs,
+            role=role,
+            gpus=gpus,
+            reuse_outputs=reuse_outputs,
+        )
         self.kube = kube
         self.lease_check_interval = lease_check_interval
         self._attempt: PhaseAttempt | None = None

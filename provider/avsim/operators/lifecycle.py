@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -45,10 +45,14 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def upstream_task_ids(upstream: Mapping[str, str | Sequence[str]] | None) -> dict[str, list[str]]:
+    """Normalise ``upstream phase -> task id(s)``: one task, or a GPU phase's spot task and on-demand twin."""
+    return {k: [v] if isinstance(v, str) else list(v) for k, v in (upstream or {}).items()}
+
+
 class PhaseLifecycle:
-    """Mixin for phase operators. The operator sets ``phase``, ``case``, ``run``, ``upstream_phases``
-    (upstream phase -> its task ids: one, or a spot task and its on-demand twin), ``inputs``
-    (fixed inputs of run-level phases), ``role`` and ``node_class``."""
+    """Mixin for phase operators. Their constructors call :meth:`init_phase` with the phase
+    arguments both backends share; everything the lifecycle reads is set there."""
 
     phase: str
     case: Any
@@ -60,6 +64,31 @@ class PhaseLifecycle:
     task_id: str
     retries: int | None
     log: Any
+
+    reuse_outputs: bool
+
+    def init_phase(
+        self,
+        *,
+        phase: str,
+        case: Any,
+        run: Any,
+        upstream_phases: Mapping[str, str | Sequence[str]] | None,
+        inputs: Any,
+        role: Role | str,
+        gpus: int,
+        reuse_outputs: bool,
+    ) -> None:
+        """The phase arguments of every phase operator (see :class:`avsim.operators.phase.AvsimPhaseOperator`)."""
+        self.phase = phase
+        self.case = case
+        self.run = run
+        self.upstream_phases = upstream_task_ids(upstream_phases)
+        self.inputs = inputs
+        self.role = Role(role)
+        self.gpus = gpus
+        self.node_class = self.node_class_for(gpus, self.role)
+        self.reuse_outputs = reuse_outputs
 
     # -- where things are ---------------------------------------------------------------------------
     @cached_property
@@ -171,8 +200,8 @@ class PhaseLifecycle:
             image=self.descriptor.image,
             inputs=uris,
             node_class=self.node_class,
+            cache_key=key,
         )
-        self._cache_key = key
         return attempt, key
 
     def begin_attempt(self, context: Any) -> PhaseAttempt | dict[str, Any]:
@@ -210,7 +239,7 @@ class PhaseLifecycle:
             node_class=self.node_class,
             gpus=runtime.gpus,
         )
-        if key and self._reuse_outputs:
+        if key and self.reuse_outputs:
             hit = self.cache.lookup(key)
             if hit is not None:
                 return self._commit_reused(template, key, hit)
@@ -229,10 +258,6 @@ class PhaseLifecycle:
         self._admit(ti, template, runtime, history)
         claimed = self.ledger.claim_attempt(template)
         return attempt.with_attempt(claimed.attempt)
-
-    @property
-    def _reuse_outputs(self) -> bool:
-        return bool(getattr(self, "reuse_outputs", True))
 
     def _round_start(self, ti: Any) -> int:
         """The first try of the task's current round (a clear starts a new round with fresh budgets)."""
@@ -358,7 +383,9 @@ class PhaseLifecycle:
         if first and self.breaker.record(rec.outcome.counts_against_build, self._where(rec.attempt)):
             metrics.breaker_trip(self.descriptor.build_id, self.breaker.digest)
 
-    def _outcome_record(self, rec: AttemptRecord, result: AttemptResult, *, output: bool) -> OutcomeRecord:
+    def _outcome_record(
+        self, rec: AttemptRecord, result: AttemptResult, *, output: bool, cache_key: str = ""
+    ) -> OutcomeRecord:
         return OutcomeRecord(
             run_key=self.layout.run_key,
             case_id=rec.case_id,
@@ -369,12 +396,12 @@ class PhaseLifecycle:
             committed_at=_now().isoformat(),
             reason=result.reason[-500:],
             result=self._small_result(rec.output_uri) if output else {},
-            cache_key=getattr(self, "_cache_key", "") if output else "",
+            cache_key=cache_key if output else "",
             detail=result.detail,
         )
 
     def _commit(self, rec: AttemptRecord, result: AttemptResult, attempt: PhaseAttempt) -> dict[str, Any]:
-        out = self._outcome_record(rec, result, output=True)
+        out = self._outcome_record(rec, result, output=True, cache_key=attempt.cache_key)
         self.ledger.commit(out)
         final = self.ledger.outcome(rec.case_id, self.phase) or out
         if final.cache_key and final.attempt == rec.attempt:

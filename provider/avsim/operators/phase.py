@@ -40,11 +40,6 @@ from avsim.ui.links import PHASE_LINKS
 REASON_TAIL_LINES = 5
 
 
-def upstream_task_ids(upstream: Mapping[str, str | Sequence[str]] | None) -> dict[str, list[str]]:
-    """Normalise ``upstream phase -> task id(s)``: one task, or a GPU phase's spot task and on-demand twin."""
-    return {k: [v] if isinstance(v, str) else list(v) for k, v in (upstream or {}).items()}
-
-
 class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
     """Runs one phase under the avsim phase contract. Subclasses implement :meth:`launch`.
 
@@ -78,15 +73,16 @@ class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.phase = phase
-        self.case = case
-        self.run = run
-        self.upstream_phases = upstream_task_ids(upstream_phases)
-        self.inputs = inputs
-        self.role = Role(role)
-        self.gpus = gpus
-        self.node_class = self.node_class_for(gpus, self.role)
-        self.reuse_outputs = reuse_outputs
+        self.init_phase(
+            phase=phase,
+            case=case,
+            run=run,
+            upstream_phases=upstream_phases,
+            inputs=inputs,
+            role=role,
+            gpus=gpus,
+            reuse_outputs=reuse_outputs,
+        )
 
     def execute(self, context: Any) -> dict[str, Any]:
         self.take_over(context)
