@@ -91,6 +91,22 @@ def runtime_task_instance() -> type[Any]:
     return RuntimeTaskInstance
 
 
+def trigger_dag_run(dag_id: str, run_id: str, conf: dict[str, Any], note: str) -> None:
+    """Create a DAG run from the command line, as ``airflow dags trigger`` does (``avsim rerun-failed``)."""
+    from airflow.api.common.trigger_dag import trigger_dag
+    from airflow.utils.types import DagRunTriggeredByType
+
+    trigger_dag(dag_id, triggered_by=DagRunTriggeredByType.CLI, run_id=run_id, conf=conf, note=note)
+
+
+def pod_mutation_hook(pod: Any) -> None:
+    """The cluster policy's ``pod_mutation_hook`` (``airflow_local_settings``), applied to a pod as the
+    stock ``KubernetesPodOperator`` applies it to every pod it builds."""
+    from airflow.settings import pod_mutation_hook as hook
+
+    hook(pod)
+
+
 def pod_config_dict(operator: Any) -> Any:
     """The kube config the cncf ``KubernetesPodOperator`` would hand its own trigger (a private
     property the provider marks for removal; None when it is gone or unset)."""

@@ -110,12 +110,10 @@ def start_rerun(plan: RerunPlan, doc: dict[str, Any], dag_id: str) -> None:
     from avsim.storage import write_json
 
     write_json(plan.manifest_uri, doc)
-    from airflow.api.common.trigger_dag import trigger_dag
-    from airflow.utils.types import DagRunTriggeredByType
+    from avsim.airflow_internals import trigger_dag_run
 
-    trigger_dag(
+    trigger_dag_run(
         dag_id,
-        triggered_by=DagRunTriggeredByType.CLI,
         run_id=plan.run_id,
         conf={"manifest": plan.manifest_uri},
         note=f"rerun of the failed cases of {plan.source_run_key}"

@@ -53,3 +53,14 @@ def test_the_cncf_operator_still_has_its_private_kube_config() -> None:
     op = KubernetesPodOperator(task_id="t", image="i", config_file=None, in_cluster=False)
     assert "_config_dict" in vars(op), "the provider dropped _config_dict: pass the kube config another way"
     assert airflow_internals.pod_config_dict(op) is None  # no config file given
+
+
+def test_the_cli_trigger_and_the_cluster_policy_hook_are_where_avsim_looks() -> None:
+    from airflow.api.common.trigger_dag import trigger_dag
+    from airflow.settings import pod_mutation_hook
+    from airflow.utils.types import DagRunTriggeredByType
+
+    params = inspect.signature(trigger_dag).parameters
+    assert {"dag_id", "triggered_by", "run_id", "conf", "note"} <= set(params)
+    assert DagRunTriggeredByType.CLI.value == "cli"
+    assert callable(pod_mutation_hook)

@@ -15,9 +15,9 @@ from avsim.settings import AvsimSettings, load_settings
 
 
 def max_map_length() -> int:
-    from airflow.configuration import conf
+    from avsim.settings import airflow_config
 
-    return conf.getint("core", "max_map_length", fallback=1024)
+    return int(airflow_config("core", "max_map_length", "1024"))
 
 
 def load_plan(

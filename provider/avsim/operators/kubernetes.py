@@ -32,12 +32,11 @@ from functools import cached_property
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-from airflow.settings import pod_mutation_hook
 from airflow.version import version as airflow_version
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
-from avsim.airflow_internals import pod_config_dict
+from avsim.airflow_internals import pod_config_dict, pod_mutation_hook
 from avsim.attempt import PhaseAttempt
 from avsim.kube import pod_spec, pods
 from avsim.operators.lifecycle import PhaseLifecycle
