@@ -1,18 +1,39 @@
-"""The avsim Airflow plugin: what avsim adds to the Airflow API server and UI."""
+"""The avsim Airflow plugin: what avsim adds to the Airflow API server and UI.
+
+Every Airflow process loads plugins (the scheduler, the dag-processor, the triggerer, task processes
+not forked from one that had), so importing this module stays cheap: the FastAPI app, which imports
+the API server's own modules (about a CPU-second), is built when the API server first asks for it.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow.plugins_manager import AirflowPlugin
 
+from avsim.dagbuild import preload
 from avsim.deadline.reference import AvsimRunDeadline
 from avsim.priority import STRATEGIES
-from avsim.ui.app import create_app
 from avsim.ui.links import AvsimArtifactsLink, AvsimCaseLink
+
+
+class _FastAPIApps:
+    """``fastapi_apps``, built on first access (the API server's) and kept."""
+
+    def __init__(self) -> None:
+        self._apps: list[dict[str, Any]] | None = None
+
+    def __get__(self, instance: object, owner: type | None = None) -> list[dict[str, Any]]:
+        if self._apps is None:
+            from avsim.ui.app import create_app
+
+            self._apps = [{"app": create_app(), "url_prefix": "/avsim", "name": "avsim weekly runs"}]
+        return self._apps
 
 
 class AvsimPlugin(AirflowPlugin):
     name = "avsim"
-    fastapi_apps = [{"app": create_app(), "url_prefix": "/avsim", "name": "avsim weekly runs"}]
+    fastapi_apps = _FastAPIApps()
     # The UI replaces {DAG_ID}, {RUN_ID}, {TASK_ID} and {MAP_INDEX} in hrefs of non-nav views.
     external_views = [
         {
@@ -41,3 +62,5 @@ class AvsimPlugin(AirflowPlugin):
     priority_weight_strategies = list(STRATEGIES)
     # The weekly DAG's Deadline Alert uses it; the scheduler rebuilds it from the serialized DAG.
     deadline_references = [AvsimRunDeadline]
+    # The scheduler imports the phase tasks' modules once, before it forks its LocalExecutor workers.
+    listeners = [preload]

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from avsim.errors import AvsimError
+from avsim.storage import read_local, write_local
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class DocumentStore:
             return
         path = _local_path(uri)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        _write_local(path, _encode(doc))
+        write_local(path, _encode(doc))
 
     def update(self, uri: str, fn: Callable[[Any | None], Any | None]) -> Any | None:
         """Replace the document by ``fn(current)`` (``current`` is None when absent).
@@ -101,11 +102,11 @@ class DocumentStore:
             return self._s3_update(uri, fn)
         path = _local_path(uri)
         with self._locked(path):
-            current = _read_local(path)
+            current = read_local(path)
             new = fn(current)
             if new is None:
                 return current
-            _write_local(path, _encode(new))
+            write_local(path, _encode(new))
             return new
 
     # -- file:// ---------------------------------------------------------------------------------
@@ -130,7 +131,7 @@ class DocumentStore:
 
     def _read_versioned(self, uri: str) -> tuple[Any | None, str | None]:
         if not uri.startswith("s3://"):
-            return _read_local(_local_path(uri)), None
+            return read_local(_local_path(uri)), None
         loc = _s3_location(uri)
         client = self._client(loc.conn_id)
         try:
@@ -197,18 +198,3 @@ def _s3_location(uri: str) -> _S3Location:
     if "@" in bucket_part:
         conn_id, bucket_part = bucket_part.split("@", 1)
     return _S3Location(conn_id or None, bucket_part, key)
-
-
-def _read_local(path: str) -> Any | None:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
-    except FileNotFoundError:
-        return None
-
-
-def _write_local(path: str, body: bytes) -> None:
-    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(body)
-    os.replace(tmp, path)

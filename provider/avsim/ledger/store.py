@@ -21,17 +21,21 @@ machines the writers run on:
 from __future__ import annotations
 
 import datetime as dt
+import glob
 import json
 import logging
+import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
+from pathlib import Path
 from typing import Any, TypeVar
 
 from avsim.artifacts import RunLayout
 from avsim.ledger.documents import DocumentStore
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
 from avsim.phases.contract import Outcome
+from avsim.storage import local_path
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,9 @@ class Ledger:
     def __init__(self, layout: RunLayout, documents: DocumentStore | None = None) -> None:
         self.layout = layout
         self.documents = documents or DocumentStore()
+        #: Committed results seen by this ledger: final by the rules above (no attempt replaces a
+        #: committed result), so reading one again asks the store nothing.
+        self._results: dict[tuple[str, str], OutcomeRecord] = {}
 
     # -- storage --------------------------------------------------------------------------------
     @cached_property
@@ -63,10 +70,13 @@ class Ledger:
 
     @cached_property
     def is_local(self) -> bool:
-        return str(self._base.protocol) in ("file", "local", "")
+        return local_path(self.layout.base) is not None
 
     def _path(self, uri: str) -> Any:
         """A path under the run's base, sharing its filesystem (and connection) with every other."""
+        local = local_path(uri)
+        if local is not None:
+            return Path(local)
         base = self.layout.base
         if uri.startswith(base + "/"):
             return self._base / uri[len(base) + 1 :]
@@ -89,6 +99,9 @@ class Ledger:
             return list(ex.map(fn, items))
 
     def _list(self, uri: str, pattern: str) -> list[Any]:
+        local = local_path(uri)
+        if local is not None:
+            return [Path(p) for p in glob.glob(os.path.join(glob.escape(local), pattern))]
         d = self._path(uri)
         try:
             return list(d.glob(pattern))
@@ -150,8 +163,16 @@ class Ledger:
 
     # -- committed outcomes ---------------------------------------------------------------------
     def outcome(self, case_id: str, phase: str) -> OutcomeRecord | None:
+        known = self._results.get((case_id, phase))
+        if known is not None:
+            return known
         data = self._read(self.layout.outcome_record(case_id, phase))
-        return OutcomeRecord.from_json(data) if data is not None else None
+        return self._seen(OutcomeRecord.from_json(data)) if data is not None else None
+
+    def _seen(self, rec: OutcomeRecord) -> OutcomeRecord:
+        if rec.outcome.produced_output:
+            self._results[(rec.case_id, rec.phase)] = rec
+        return rec
 
     def commit(self, rec: OutcomeRecord) -> bool:
         """Commit ``rec`` as the outcome of its (case, phase) under the rules above.
@@ -171,12 +192,17 @@ class Ledger:
             return False
         verdict: list[str] = []
 
+        final: list[OutcomeRecord] = []
+
         def decide(existing_doc: Any | None) -> dict[str, Any] | None:
             verdict.clear()
+            final.clear()
             if existing_doc is None:
                 verdict.append("first")
+                final.append(rec)
                 return rec.to_json()
             existing = OutcomeRecord.from_json(existing_doc)
+            final.append(existing)
             if existing.attempt == rec.attempt:
                 verdict.append("duplicate")
                 return None
@@ -187,9 +213,11 @@ class Ledger:
                 verdict.extend(["result_kept", str(existing.attempt), existing.outcome.value])
                 return None
             verdict.extend(["replaces", str(existing.attempt), existing.outcome.value])
+            final[:] = [rec]
             return rec.to_json()
 
         self.documents.update(self.layout.outcome_record(rec.case_id, rec.phase), decide)
+        self._seen(final[0])
         kind = verdict[0]
         if kind == "first":
             log.info("%s: committed attempt %d as %s", where, rec.attempt, rec.outcome.value)

@@ -25,11 +25,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import ssl
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -129,6 +126,11 @@ class LeaseHeartbeat(Heartbeat):
         return f"{self.api_url}/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}"
 
     def _renew(self) -> None:
+        # Imported here: a phase process on the local backend (a file heartbeat) never needs them.
+        import ssl
+        import urllib.error
+        import urllib.request
+
         spec: dict[str, object] = {"renewTime": rfc3339_micro()}
         if self.holder:
             spec["holderIdentity"] = self.holder

@@ -1,0 +1,86 @@
+"""Import once, in the long-lived component, what every process it forks would import again.
+
+Airflow's LocalExecutor forks its workers from the scheduler when it starts, and each worker forks one
+task process per task instance; the dag-processor forks one process per DAG file it parses. A forked
+process has every module its parent had imported, for free. A phase task imports avsim's DAG builder
+(to parse the shard DAG file), the phase lifecycle and the ledger, and on the Kubernetes backend the
+``KubernetesPodOperator`` with both Kubernetes clients: about 0.1 CPU-second on the local backend and
+4 to 5 on the Kubernetes one, twice per phase there (the task is parsed again when it resumes from
+its deferral). The scheduler importing them once before it forks its workers removes that cost from
+every phase (``bench/phase_overhead.py`` measures it).
+
+The avsim plugin registers this module as a listener: Airflow calls :func:`on_starting` when a job
+starts (before the scheduler starts its executors). Only a scheduler whose executor forks its task
+processes locally, and a dag-processor, import anything; every other process (task processes, the
+API server, the triggerer, the CLI) is left as it is. A module that fails to import is logged and
+skipped: the warm-up saves time, it never decides anything.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import time
+from typing import Any
+
+from airflow.listeners import hookimpl
+
+log = logging.getLogger(__name__)
+
+#: What a phase task imports beyond Airflow's task runner: the shard DAG's builder (its parse), the
+#: phase lifecycle and what it imports when it runs.
+PHASE_TASK_MODULES = (
+    "avsim.dagbuild.factory",
+    "avsim.dagbuild.shard_dag",
+    "avsim.operators.phase",
+    "avsim.ledger.store",
+    "avsim.ledger.cache",
+    "avsim.ledger.breaker",
+    "avsim.metrics",
+    "avsim.storage",
+)
+#: What parsing avsim's DAG files imports.
+DAG_FILE_MODULES = ("avsim.dagbuild.factory", "avsim.dagbuild.shard_dag", "avsim.dagbuild.weekly")
+#: The Kubernetes backend's phase operator (the stock operator and both Kubernetes clients).
+KUBERNETES_MODULES = ("avsim.operators.kubernetes",)
+#: Executors whose task processes are forked from the scheduler's own workers.
+FORKING_EXECUTORS = ("LocalExecutor",)
+
+
+def modules_for(command: str, backend: str, executor: str) -> tuple[str, ...]:
+    """The modules worth importing in the component started by ``airflow <command>``."""
+    kube = KUBERNETES_MODULES if backend == "kubernetes" else ()
+    if command == "scheduler" and any(name in executor for name in FORKING_EXECUTORS):
+        return PHASE_TASK_MODULES + kube
+    if command == "dag-processor":
+        return DAG_FILE_MODULES + kube
+    return ()
+
+
+def preload(modules: tuple[str, ...]) -> list[str]:
+    """Import ``modules``; the ones that imported. Never raises."""
+    done = []
+    started = time.process_time()
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # a warm-up only: the task that needs the module reports the error
+            log.warning("avsim preload: could not import %s", name, exc_info=True)
+            continue
+        done.append(name)
+    if done:
+        log.info("avsim preload: %d modules in %.2f CPU-s", len(done), time.process_time() - started)
+    return done
+
+
+@hookimpl
+def on_starting(component: Any) -> None:
+    """Airflow's listener hook: a job (scheduler, dag-processor, triggerer) or a task runner starts."""
+    if type(component).__name__ != "Job":  # a task process, an API server: nothing to do
+        return
+    from avsim.settings import airflow_config
+
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    backend = airflow_config("avsim", "backend", "local")
+    preload(modules_for(command, backend, airflow_config("core", "executor", "LocalExecutor")))

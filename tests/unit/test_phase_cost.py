@@ -1,0 +1,101 @@
+"""What keeps a phase cheap for the orchestrator: the scheduler's preload, a light plugin, the artifact
+store's local fast path and the ledger's committed results read once (issue 14; the figures are in
+bench/phase_overhead.py, not here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from avsim import storage
+from avsim.artifacts import RunLayout
+from avsim.dagbuild import preload
+from avsim.ledger.records import OutcomeRecord
+from avsim.ledger.store import Ledger
+from avsim.phases.contract import Outcome
+
+
+def test_the_scheduler_preloads_phase_modules_only_for_an_executor_that_forks_them() -> None:
+    assert preload.modules_for("scheduler", "local", "LocalExecutor") == preload.PHASE_TASK_MODULES
+    k8s = preload.modules_for("scheduler", "kubernetes", "airflow.executors.local_executor.LocalExecutor")
+    assert k8s == preload.PHASE_TASK_MODULES + preload.KUBERNETES_MODULES
+    assert preload.modules_for("scheduler", "local", "CeleryExecutor") == ()
+    assert preload.modules_for("dag-processor", "local", "CeleryExecutor") == preload.DAG_FILE_MODULES
+    for command in ("api-server", "triggerer", "tasks", ""):
+        assert preload.modules_for(command, "kubernetes", "LocalExecutor") == ()
+
+
+def test_preload_skips_what_does_not_import() -> None:
+    assert preload.preload(("json", "avsim.no_such_module")) == ["json"]
+
+
+def test_a_task_runner_starting_preloads_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    called = []
+    monkeypatch.setattr(preload, "preload", lambda modules: called.append(modules) or [])
+    preload.on_starting(component=object())
+    assert called == []
+
+
+def test_loading_the_plugin_does_not_build_the_ui_app() -> None:
+    """Every Airflow process loads plugins; the FastAPI app costs about a CPU-second to import."""
+    code = (
+        "import sys; import avsim.plugin as p; "
+        "print('RESULT', 'avsim.ui.app' in sys.modules, 'fastapi' in sys.modules); "
+        "apps = p.AvsimPlugin.fastapi_apps; "
+        "print('RESULT', apps[0]['url_prefix'], type(apps[0]['app']).__name__, p.AvsimPlugin().fastapi_apps is apps)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    results = [line.split()[1:] for line in out.splitlines() if line.startswith("RESULT ")]
+    assert results == [["False", "False"], ["/avsim", "FastAPI", "True"]]
+
+
+def test_local_documents_are_read_and_written_without_object_storage(tmp_path: Path) -> None:
+    uri = f"file://{tmp_path}/a/b/doc.json"
+    assert not storage.exists(uri)
+    storage.write_json(uri, {"b": 1, "a": [1, 2]})
+    assert storage.exists(uri)
+    assert storage.read_json(uri) == {"a": [1, 2], "b": 1}
+    assert (tmp_path / "a" / "b" / "doc.json").read_text() == json.dumps({"a": [1, 2], "b": 1})
+    assert list((tmp_path / "a" / "b").iterdir()) == [tmp_path / "a" / "b" / "doc.json"]  # no temporary left
+    assert storage.local_path("s3://conn@bucket/key") is None
+    assert storage.local_path("/plain/path") == "/plain/path"
+
+
+def _outcome(attempt: int, outcome: Outcome) -> OutcomeRecord:
+    return OutcomeRecord(
+        run_key="rk",
+        case_id="c1",
+        phase="simulate",
+        attempt=attempt,
+        outcome=outcome,
+        output_uri=f"file:///out/{attempt}" if outcome.produced_output else "",
+        committed_at="2026-12-07T10:00:00+00:00",
+    )
+
+
+def test_a_committed_result_is_read_once_and_a_committed_failure_every_time(tmp_path: Path) -> None:
+    layout = RunLayout(f"file://{tmp_path}", "rk")
+    ledger = Ledger(layout)
+    reads: list[str] = []
+    real = ledger.documents.read
+    outcome_uri = layout.outcome_record("c1", "simulate")
+    ledger.documents.read = lambda uri: (uri == outcome_uri and reads.append(uri)) or real(uri)  # type: ignore[method-assign]
+
+    assert ledger.commit(_outcome(1, Outcome.INFRA_FAILED))
+    assert ledger.outcome("c1", "simulate").outcome is Outcome.INFRA_FAILED  # type: ignore[union-attr]
+    assert ledger.outcome("c1", "simulate").outcome is Outcome.INFRA_FAILED  # type: ignore[union-attr]
+    assert len(reads) == 2  # a failure may be replaced by a later attempt: read it each time
+
+    reads.clear()
+    assert ledger.commit(_outcome(2, Outcome.PASSED))
+    assert ledger.outcome("c1", "simulate").attempt == 2  # type: ignore[union-attr]
+    assert reads == []  # the result this ledger committed is final
+
+    other = Ledger(layout)  # another worker's ledger reads it once, then keeps it
+    assert other.outcome("c1", "simulate").attempt == 2  # type: ignore[union-attr]
+    assert not other.commit(_outcome(3, Outcome.PASSED))  # the first committed result wins
+    assert other.outcome("c1", "simulate").attempt == 2  # type: ignore[union-attr]
