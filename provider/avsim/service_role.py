@@ -44,6 +44,9 @@ POOLS = "Pools"
 DAG_RUNS = "DAG Runs"
 TASK_INSTANCES = "Task Instances"
 DAG_PREFIX = "DAG:"
+#: FAB gives every custom role the home page at each start (``add_homepage_access_to_custom_roles``):
+#: a sync leaves it, since taking it away would not last.
+FAB_MANAGED = frozenset({("can_read", "Website")})
 
 
 @dataclass(frozen=True, order=True)
@@ -86,9 +89,10 @@ def service_permissions(dag_ids: Sequence[str] = AVSIM_DAG_IDS) -> tuple[Permiss
 def role_diff(
     current: Iterable[Permission], wanted: Iterable[Permission]
 ) -> tuple[tuple[Permission, ...], tuple[Permission, ...]]:
-    """(to add, to remove) to make a role hold exactly ``wanted``."""
+    """(to add, to remove) to make a role hold exactly ``wanted`` (and what FAB itself gives it)."""
     have, want = set(current), set(wanted)
-    return tuple(sorted(want - have)), tuple(sorted(have - want))
+    extra = {p for p in have - want if (p.action, p.resource) not in FAB_MANAGED}
+    return tuple(sorted(want - have)), tuple(sorted(extra))
 
 
 def sync_role(role: str, permissions: Iterable[Permission], *, dry_run: bool = False) -> RoleChanges:
