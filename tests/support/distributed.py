@@ -41,7 +41,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,6 +145,8 @@ class DistributedStack:
     capacity: tuple[int, int, int] = (4, 2, 6)
     #: Compose settings changed for one test (only keys of :data:`TEST_OPTIONAL`).
     options: Mapping[str, str] = field(default_factory=dict)
+    #: The Celery workers: name -> queues (None: compose's worker's).
+    workers: Mapping[str, tuple[str, ...] | None] = field(default_factory=lambda: dict(WORKERS))
     api_port: int = field(default_factory=free_port)
     redis_port: int = field(default_factory=free_port)
     s3_port: int = field(default_factory=free_port)
@@ -204,7 +206,7 @@ class DistributedStack:
         return f"http://{self.loopback.s3}"
 
     def worker_queues(self, name: str) -> tuple[str, ...]:
-        return WORKERS[name] or compose.worker_queues(self.compose)
+        return self.workers[name] or compose.worker_queues(self.compose)
 
     def scratch(self, name: str) -> Path:
         path = self.base / name
@@ -303,6 +305,31 @@ class DistributedStack:
             raise RuntimeError(f"python ({component}): {done.returncode}\n{done.stdout}\n{done.stderr}")
         return done.stdout
 
+    def wait_for_worker(self, name: str, timeout: float = 240) -> None:
+        """Until the worker answers the broker: compose's worker healthcheck, ``celery inspect ping``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.procs[name].poll() is not None:
+                raise RuntimeError(f"{name} exited with {self.procs[name].returncode}; see {self.base}/logs")
+            with contextlib.suppress(RuntimeError):
+                self.celery("inspect", "ping", "-d", f"{name}@avsim", "--timeout", "5")
+                return
+        raise TimeoutError(f"{name} did not answer the broker within {timeout:.0f}s")
+
+    def celery(self, *args: str, timeout: float = 120) -> str:
+        """A ``celery`` command against the stack's broker, as compose's worker healthcheck runs one."""
+        app = "airflow.providers.celery.executors.celery_executor.app"
+        done = subprocess.run(
+            [str(BIN / "celery"), "--app", app, *args],
+            env=self.component_env("worker"),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode:
+            raise RuntimeError(f"celery {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}")
+        return done.stdout
+
     def start_services(self) -> None:
         self.watcher = Watcher()
         self.watcher.mark(f"{STACK_MARK}={self.base}")
@@ -348,14 +375,15 @@ class DistributedStack:
             )  # fmt: skip
 
     def start_component(self, name: str) -> None:
-        if name in WORKERS:
+        if name in self.workers:
             argv = [str(BIN / "airflow"), "celery", "worker", "--queues", ",".join(self.worker_queues(name))]
             argv += ["--celery-hostname", f"{name}@avsim", "--skip-serve-logs"]
         else:
             argv = [str(BIN / "airflow"), name]
         self._spawn(name, argv, self.component_env(name))
 
-    def start(self) -> None:
+    def start(self, workers: Iterable[str] | None = None) -> None:
+        """Services, init, the components, then ``workers`` (default: all of :attr:`workers`)."""
         self.start_services()
         self.init()
         for name in COMPONENTS:
@@ -366,8 +394,11 @@ class DistributedStack:
             180,
             self.procs["api-server"],
         )
-        for name in WORKERS:
+        started = list(self.workers if workers is None else workers)
+        for name in started:
             self.start_component(name)
+        for name in started:
+            self.wait_for_worker(name)
 
     def kill_tree(self, name: str) -> list[int]:
         """SIGKILL a component and every process under it at once, as when its machine is lost."""
@@ -420,12 +451,15 @@ class DistributedStack:
 
 
 @contextlib.contextmanager
-def distributed_stack(base: Path, **options: Any) -> Iterator[DistributedStack]:
-    """Start the whole stack on a fresh database; stop every process after."""
+def distributed_stack(
+    base: Path, start_workers: Iterable[str] | None = None, **options: Any
+) -> Iterator[DistributedStack]:
+    """Start the whole stack on a fresh database (``start_workers``: which workers, default all);
+    stop every process after."""
     with postgres_cluster() as url:
         stack = DistributedStack(base=base, database_url=url, **options)
         try:
-            stack.start()
+            stack.start(start_workers)
             yield stack
         finally:
             stack.stop()
@@ -442,3 +476,32 @@ def client_environment(stack: DistributedStack) -> Iterator[None]:
         for key, value in stack.client_env().items():
             mp.setenv(key, value)
         yield
+
+
+def main() -> None:
+    """Run the stack by hand until Ctrl-C: ``python -m tests.support.distributed [FOLDER]``."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(description="docker-compose.yml's topology as processes on loopback")
+    parser.add_argument("folder", nargs="?", help="scratch folder (default: a new temporary one)")
+    folder = Path(parser.parse_args().folder or tempfile.mkdtemp(prefix="avsim-distributed-"))
+    os.environ.setdefault("AIRFLOW_HOME", str(folder / "client"))
+    with distributed_stack(folder) as stack:
+        print(
+            f"UI and REST API: {stack.api_url}  (admin {ADMIN[1]}, viewer {VIEWER[1]}, engineer {ENGINEER[1]})"
+        )
+        print(
+            f"S3: {stack.s3_endpoint} bucket {stack.bucket}; broker: redis://127.0.0.1:{stack.redis_port}/0"
+        )
+        print(f"component logs: {folder}/logs; Ctrl-C stops everything")
+        with contextlib.suppress(KeyboardInterrupt):
+            while all(p.poll() is None for p in stack.procs.values()):
+                time.sleep(1)
+        stopped = [n for n, p in stack.procs.items() if p.poll() is not None]
+        if stopped:
+            print(f"stopped by itself: {stopped}; stopping the rest")
+
+
+if __name__ == "__main__":
+    main()

@@ -29,6 +29,15 @@ def fast_retry_catalog(target: Path) -> Path:
     return target
 
 
+def fast_retries(doc: dict[str, Any]) -> dict[str, Any]:
+    """The manifest ``doc`` with 1-second retry delays and no backoff in every phase (in place): a
+    test whose phases fail and retry waits seconds, not the default 30 s doubling."""
+    for graph in doc["graphs"].values():
+        for phase in graph["phases"].values():
+            phase.setdefault("retry", {}).update(delay_seconds=1, backoff=1.0, preemption_delay_seconds=1)
+    return doc
+
+
 @contextlib.contextmanager
 def weekly_stack(
     base: Path,
