@@ -37,7 +37,7 @@ import psutil
 import pytest
 from tests.support.airflow_run import query, trigger, wait_for_run
 from tests.support.kube_api import FakeKubeAPI
-from tests.support.stacks import kubernetes_stack, weekly_stack
+from tests.support.stacks import fast_retries, kubernetes_stack, weekly_stack
 
 from avsim.artifacts import RunLayout, run_key_for
 from avsim.devstack.stack import LocalStack
@@ -220,10 +220,9 @@ def _week(
     doc = sample_manifest(
         cases, seed=seed, time_scale=time_scale, scenario_fail_rate=0.0, canary={"enabled": False}
     )
-    for graph in doc["graphs"].values():
+    for graph in fast_retries(doc)["graphs"].values():
         for phase in graph["phases"].values():
             phase.update(heartbeat_seconds=0.5, lease_seconds=6)
-            phase["retry"].update(delay_seconds=1, backoff=1.0, preemption_delay_seconds=1)
     path = stack.home / f"{name}.json"
     path.write_text(json.dumps(doc))
     run_id = f"it__{name}"

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from tests.support import airflow_run
 from tests.support.airflow_run import query, trigger, wait_for_run
-from tests.support.stacks import read_json, weekly_stack
+from tests.support.stacks import fast_retries, read_json, weekly_stack
 
 from avsim.artifacts import RunLayout, run_key_for
 from avsim.devstack.stack import LocalStack
@@ -75,6 +75,7 @@ def week(stack: LocalStack) -> dict[str, Any]:
         crash_rate=0.0,
         canary={"share": 0.3, "min_cases": 3, "max_failure_rate": 0.9},
     )
+    fast_retries(doc)  # the crashing case's retries wait 1 s, not 30 s then 60 s
     doc["cases"][7]["parameters"]["fakesim"] = {"simulate": "scenario_failed"}
     doc["cases"][8]["parameters"]["fakesim"] = {"evaluate": "crash"}
     manifest = stack.home / "ui-week.json"

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from tests.support import airflow_run
 from tests.support.airflow_run import query, trigger, wait_for_run
-from tests.support.stacks import read_json, weekly_stack
+from tests.support.stacks import fast_retries, read_json, weekly_stack
 
 from avsim.artifacts import RunLayout, run_key_for
 from avsim.devstack.stack import LocalStack, free_port
@@ -82,6 +82,7 @@ def start_broken_week(stack: LocalStack, run_id: str) -> dict[str, Any]:
     doc = sample_manifest(
         3 * SHARD_SIZE, time_scale=0.00002, scenario_fail_rate=0.0, crash_rate=0.0, canary={"enabled": False}
     )
+    fast_retries(doc)  # the crashes' retries wait 1 s, not 30 s then 60 s
     marker = stack.home / f"{run_id}.fixed"
     standard = [i for i, c in enumerate(doc["cases"]) if c["graph"] == "standard"]
     crash_1 = next(i for i in standard if i < SHARD_SIZE)
@@ -193,6 +194,9 @@ def check_repaired_week(
     assert "repaired in place" in html
 
 
+# Long tier: make test repairs a week through the REST API's clear in tests/integration/test_distributed.py
+# (one failed shard, on the Celery stack with FAB logins); this one repairs two shards at once.
+@pytest.mark.long
 def test_one_clear_of_the_weekly_run_through_the_rest_api_repairs_every_failed_shard(
     stack: LocalStack,
 ) -> None:
