@@ -27,9 +27,9 @@ import datetime as dt
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
+from avsim import storage
 from avsim.artifacts import RunLayout
 from avsim.devstack import fakesim
 from avsim.devstack.fakesim_artifacts import DRIVING_KINDS
@@ -329,14 +329,15 @@ class ZombieReporter:
     * for every committed outcome: the same record again (a duplicate).
 
     It also keeps the first committed outcome it saw of each (case, phase), to show at the end that
-    no report changed it. Ledger documents are read from the ``file://`` artifact root.
+    no report changed it. Ledger documents are read from the artifact root (``file://`` or ``s3://``,
+    through ObjectStoragePath).
     """
 
     def __init__(self, layout: RunLayout, interval: float = 0.5) -> None:
         self.layout = layout
         self.ledger = Ledger(layout)
         self.interval = interval
-        self.root = Path(layout.ledger.removeprefix("file://"))
+        self.root = storage.path(layout.ledger)
         self.injected: list[Injected] = []
         self.first_seen: dict[tuple[str, str], dict[str, Any]] = {}
         self._late_done: set[tuple[str, str, int, str]] = set()
@@ -363,7 +364,7 @@ class ZombieReporter:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
 
     @staticmethod
-    def _load(path: Path) -> dict[str, Any] | None:
+    def _load(path: Any) -> dict[str, Any] | None:
         try:
             data = json.loads(path.read_text())
         except (FileNotFoundError, ValueError):
@@ -371,7 +372,7 @@ class ZombieReporter:
         return data if isinstance(data, dict) else None
 
     def sweep(self, final: bool = False) -> None:
-        for path in sorted(self.root.glob("outcomes/*/*.json")):
+        for path in sorted(self.root.glob("outcomes/*/*.json"), key=str):
             key = (path.parent.name, path.stem)
             doc = self._load(path)
             if doc is None:
@@ -381,7 +382,7 @@ class ZombieReporter:
             if (*key, tag) not in self._dup_done:
                 self._dup_done.add((*key, tag))
                 self._report("duplicate", OutcomeRecord.from_json(doc))
-        for path in sorted(self.root.glob("current/*/*.json")):
+        for path in sorted(self.root.glob("current/*/*.json"), key=str):
             case_id, phase = path.parent.name, path.stem
             doc = self._load(path)
             current = int(doc["attempt"]) if doc and "attempt" in doc else 0

@@ -24,7 +24,6 @@ import collections
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from tests.support.airflow_run import query
@@ -43,6 +42,7 @@ from tests.support.chaos import (
     plan_case,
 )
 
+from avsim import storage
 from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
 from avsim.dagbuild.tasks import canary_run_id, shard_run_id
 from avsim.devstack.stack import LocalStack
@@ -56,6 +56,8 @@ from avsim.plan.shards import CANARY_SHARD, ShardPlan
 from avsim.verdict import shard_verdict
 
 TERMINAL_TI_STATES = frozenset({"success", "failed", "skipped", "upstream_failed"})
+#: How an attempt whose worker was killed ends: recorded by the next try, or by the phase's own watch.
+LOST = frozenset({(INFRA, "abandoned"), (INFRA, "worker_lost")})
 CHECKS = (
     "terminal state and right class",
     "attempts as the injected faults dictate",
@@ -109,7 +111,7 @@ class Audit:
             f"  retries:           {f['retries']} in {f['retried_phases']} phases; {f['fallbacks']} phases "
             f"handed over to on-demand nodes; longest phase {f['max_attempts']} attempts",
             f"  forced faults:     {f['forced']} cases; attempts the draws did not foresee "
-            f"(a start slower than the lease): {f['unforeseen']}",
+            f"(a start slower than the lease): {f['unforeseen']}; lost with a killed worker: {f['lost']}",
             f"  zombie reports:    {f['late']} late ({f['late_before_commit']} before the phase committed, "
             f"{f['late'] - f['late_before_commit']} after), {f['duplicates']} duplicates: "
             f"{f['refused']} of {f['late'] + f['duplicates']} refused",
@@ -129,8 +131,9 @@ def _out(a: AttemptRecord) -> str:
     return a.outcome.value if a.outcome else a.state
 
 
-def _path(uri: str) -> Path:
-    return Path(uri.removeprefix("file://"))
+def _path(uri: str) -> Any:
+    """A file:// or s3:// URI as a path (ObjectStoragePath)."""
+    return storage.path(uri)
 
 
 class WeekAuditor:
@@ -143,8 +146,12 @@ class WeekAuditor:
         layout: RunLayout,
         doc: Mapping[str, Any],
         reporter: ZombieReporter,
+        lost_tries: frozenset[tuple[str, str, int]] = frozenset(),
     ) -> None:
         self.stack, self.run_id, self.layout, self.doc, self.reporter = stack, run_id, layout, doc, reporter
+        #: (case id, task id, try number) of the tries a test killed with their worker: their attempts
+        #: may end infra_failed/abandoned (recorded by the next try) or /worker_lost, whatever the draw.
+        self.lost_tries = lost_tries
         self.ledger = Ledger(layout)
         self.checks = {n: Check(n) for n in CHECKS}
         (
@@ -191,6 +198,7 @@ class WeekAuditor:
             "fallbacks": self.n["fallbacks"],
             "max_attempts": self.n["max"],
             "unforeseen": self.n["unforeseen"],
+            "lost": self.n["lost"],
             "forced": self.n["forced"],
             "case_classes": dict(self.case_classes),
             "phase_classes": dict(self.phase_classes),
@@ -297,8 +305,9 @@ class WeekAuditor:
         recorded: Mapping[str, tuple[OutcomeRecord | None, list[AttemptRecord]]],
     ) -> dict[str, PlannedPhase]:
         """How every phase must end. From the injected draws alone, unless the machine added a lease
-        expiry the draws did not foresee (a phase that started slower than its lease): then from the
-        attempts as recorded, through the same rules (the class must be consistent with them)."""
+        expiry the draws did not foresee (a phase that started slower than its lease), or the test
+        killed the attempt's worker: then from the attempts as recorded, through the same rules (the
+        class must be consistent with them)."""
         cid = str(case["id"])
         actual: dict[tuple[str, int], tuple[str, str]] = {}
         deviated = False
@@ -312,6 +321,9 @@ class WeekAuditor:
                     continue
                 if got == (INFRA, "lease_expired"):
                     self.n["unforeseen"] += 1
+                    deviated = True
+                elif got in LOST and (cid, a.task_id, a.try_number) in self.lost_tries:
+                    self.n["lost"] += 1
                     deviated = True
                 else:
                     self.foreseen.fail(f"{cid}/{p} attempt {a.attempt}: recorded {got}, its draw says {want}")
@@ -538,6 +550,8 @@ def audit_week(
     *,
     seconds: float,
     rates: ChaosRates,
+    lost_tries: frozenset[tuple[str, str, int]] = frozenset(),
 ) -> Audit:
-    """Check a finished chaos week's invariants and gather its figures."""
-    return WeekAuditor(stack, run_id, layout, doc, reporter).run(seconds=seconds, rates=rates)
+    """Check a finished chaos week's invariants and gather its figures (``lost_tries``: see
+    :class:`WeekAuditor`)."""
+    return WeekAuditor(stack, run_id, layout, doc, reporter, lost_tries).run(seconds=seconds, rates=rates)

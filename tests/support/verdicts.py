@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from tests.support.airflow_run import query
 
+from avsim import storage
 from avsim.artifacts import RunLayout
 from avsim.devstack.stack import LocalStack
 from avsim.ledger.store import Ledger
@@ -17,7 +16,7 @@ from avsim.verdict import shard_verdict
 def check_states_match_the_ledger(stack: LocalStack, run_id: str, layout: RunLayout) -> dict[str, Any]:
     """Each shard run (and its ``shards`` map index) failed exactly when a case of it needs attention,
     and the weekly run failed exactly when the report's verdict is not ``passed``. Returns the verdict."""
-    report = json.loads(Path(f"{layout.report_dir}/report.json".removeprefix("file://")).read_text())
+    report = storage.read_json(f"{layout.report_dir}/report.json")
     verdict = report["verdict"]
     [(week_state,)] = query(
         stack, "SELECT state FROM dag_run WHERE dag_id = 'avsim_weekly' AND run_id = :r", r=run_id

@@ -251,3 +251,29 @@ def test_ledger_on_an_object_store(s3_root: str) -> None:
     summary = summarize_shard(ledger, 0, [{"case_id": "c1", "graph": "g", "phases": ["simulate"]}])
     assert summary["cases"][0]["outcome"] == "scenario_failed"
     assert summary["cases"][0]["phases"]["simulate"]["attempts"] == 1
+
+
+def test_attempts_rewritten_since_the_last_listing_are_read_as_they_are_now(s3_root: str) -> None:
+    """The lost-worker path on S3: a try lists a phase's attempts, rewrites a lost one as ended,
+    then lists and reads them again to decide. Read through fsspec's s3fs, the second read opened
+    the rewritten document against the ETag cached by the first listing and failed with
+    FileExpired (seen on the distributed stack); the ledger must read the store as it is now."""
+    ledger = Ledger(RunLayout(s3_root, "run-s3-rewrite"))
+    started = attempt_rec("c1", "simulate", 1, None, state="started")
+    ledger.record_attempt(started)
+    [before] = ledger.attempts("c1", "simulate")
+    assert before.state == "started"
+    ledger.record_attempt(attempt_rec("c1", "simulate", 1, Outcome.INFRA_FAILED, detail="abandoned"))
+    ledger.record_attempt(attempt_rec("c1", "simulate", 2, Outcome.PASSED))
+    after = ledger.attempts("c1", "simulate")
+    assert [(a.attempt, a.outcome, a.detail) for a in after] == [
+        (1, Outcome.INFRA_FAILED, "abandoned"),
+        (2, Outcome.PASSED, ""),
+    ]
+    # Only the folder's own documents: nothing of another phase or of a deeper folder.
+    ledger.record_attempt(attempt_rec("c1", "simulate_on_demand", 1, Outcome.PASSED))
+    assert [a.attempt for a in ledger.attempts("c1", "simulate")] == [1, 2]
+    # Repairs are listed the same way, and appear as soon as they are written.
+    assert ledger.repairs() == []
+    ledger.record_repair(0, 2, {"shard": 0, "at": "t1"})
+    assert [r["at"] for r in ledger.repairs()] == ["t1"]

@@ -8,7 +8,12 @@ operations over ObjectStoragePath URIs:
 * :meth:`~DocumentStore.read` a document (``None`` when absent);
 * :meth:`~DocumentStore.create` it only if absent (``False`` when someone else did first);
 * :meth:`~DocumentStore.update` it with a function of its current value, retried until no other
-  writer changed it in between (optimistic concurrency).
+  writer changed it in between (optimistic concurrency);
+
+and :meth:`~DocumentStore.list` the documents of a folder. Reads and listings on ``s3://`` ask S3
+each time: fsspec's s3fs caches a folder's listing with each object's ETag and opens a file
+against the cached ETag, so a document another writer (or this process) replaced since fails with
+``FileExpired``. Ledger documents change under their readers by design.
 
 Backends: ``file://`` takes an exclusive ``flock`` on a lock file next to the document (one
 machine: the only place ``file://`` is shared); ``s3://`` uses S3 conditional writes
@@ -20,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import fnmatch
+import glob
 import json
 import logging
 import os
@@ -64,6 +71,25 @@ class DocumentStore:
     def read(self, uri: str) -> Any | None:
         doc, _ = self._read_versioned(uri)
         return doc
+
+    def list(self, folder: str, pattern: str) -> list[str]:
+        """URIs of the documents under ``folder`` whose path below it matches ``pattern`` (``*``
+        within one path segment, as in a glob: ``*.json``, ``*/result.json``); sorted."""
+        if not folder.startswith("s3://"):
+            local = _local_path(folder)
+            found = glob.glob(os.path.join(glob.escape(local), pattern))
+            prefix = folder[: len(folder) - len(local)]  # file:// or nothing
+            return sorted(prefix + f for f in found if not f.endswith((".tmp", ".lock")))
+        loc = _s3_location(folder.rstrip("/") + "/")
+        client = self._client(loc.conn_id)
+        depth = pattern.count("/")
+        uris = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=loc.key):
+            for obj in page.get("Contents", []):
+                rel = obj["Key"][len(loc.key) :]
+                if rel.count("/") == depth and fnmatch.fnmatchcase(rel, pattern):
+                    uris.append(folder.rstrip("/") + "/" + rel)
+        return sorted(uris)
 
     def create(self, uri: str, doc: Any) -> bool:
         """Write ``doc`` only if ``uri`` does not exist. False when it existed."""

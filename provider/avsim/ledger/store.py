@@ -21,14 +21,10 @@ machines the writers run on:
 from __future__ import annotations
 
 import datetime as dt
-import glob
-import json
 import logging
-import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
-from pathlib import Path
 from typing import Any, TypeVar
 
 from avsim.artifacts import RunLayout
@@ -63,26 +59,8 @@ class Ledger:
 
     # -- storage --------------------------------------------------------------------------------
     @cached_property
-    def _base(self) -> Any:
-        from airflow.sdk import ObjectStoragePath
-
-        return ObjectStoragePath(self.layout.base)
-
-    @cached_property
     def is_local(self) -> bool:
         return local_path(self.layout.base) is not None
-
-    def _path(self, uri: str) -> Any:
-        """A path under the run's base, sharing its filesystem (and connection) with every other."""
-        local = local_path(uri)
-        if local is not None:
-            return Path(local)
-        base = self.layout.base
-        if uri.startswith(base + "/"):
-            return self._base / uri[len(base) + 1 :]
-        from airflow.sdk import ObjectStoragePath
-
-        return ObjectStoragePath(uri)
 
     def _read(self, uri: str) -> Any | None:
         return self.documents.read(uri)
@@ -98,15 +76,13 @@ class Ledger:
         ) as ex:
             return list(ex.map(fn, items))
 
-    def _list(self, uri: str, pattern: str) -> list[Any]:
-        local = local_path(uri)
-        if local is not None:
-            return [Path(p) for p in glob.glob(os.path.join(glob.escape(local), pattern))]
-        d = self._path(uri)
-        try:
-            return list(d.glob(pattern))
-        except FileNotFoundError:
-            return []
+    def _list(self, uri: str, pattern: str) -> list[str]:
+        """URIs of the documents under ``uri`` matching ``pattern``, as the store has them now."""
+        return self.documents.list(uri, pattern)
+
+    def _read_all(self, uris: Sequence[str]) -> list[Any]:
+        """The documents at ``uris`` (None for one removed since it was listed), in order."""
+        return self._map(self._read, uris)
 
     # -- attempts -------------------------------------------------------------------------------
     def current_uri(self, case_id: str, phase: str) -> str:
@@ -153,12 +129,8 @@ class Ledger:
     def attempts(self, case_id: str, phase: str) -> list[AttemptRecord]:
         """Every recorded attempt of a (case, phase), lowest attempt first."""
         folder = self.layout.attempt_record(case_id, phase, 0).rsplit("/", 1)[0]
-        records = []
-        for p in self._list(folder, "*.json"):
-            try:
-                records.append(AttemptRecord.from_json(json.loads(p.read_text())))
-            except FileNotFoundError:
-                continue
+        docs = [self._read(uri) for uri in self._list(folder, "*.json")]
+        records = [AttemptRecord.from_json(d) for d in docs if d is not None]
         return sorted(records, key=lambda r: r.attempt)
 
     # -- committed outcomes ---------------------------------------------------------------------
@@ -273,8 +245,7 @@ class Ledger:
 
     def shard_summaries(self) -> list[dict[str, Any]]:
         """Every shard's summary, by shard index."""
-        paths = self._list(f"{self.layout.ledger}/shards", "*/result.json")
-        docs = self._map(lambda p: _read_path(p), paths)
+        docs = self._read_all(self._list(f"{self.layout.ledger}/shards", "*/result.json"))
         found = [d for d in docs if isinstance(d, dict)]
         return sorted(found, key=lambda d: int(d.get("shard", 0)))
 
@@ -287,8 +258,11 @@ class Ledger:
 
     def repairs(self) -> list[dict[str, Any]]:
         """Every repair in place of this run, oldest first."""
-        paths = self._list(f"{self.layout.ledger}/repairs", "*.json")
-        docs = [d for d in self._map(lambda p: _read_path(p), paths) if isinstance(d, dict)]
+        docs = [
+            d
+            for d in self._read_all(self._list(f"{self.layout.ledger}/repairs", "*.json"))
+            if isinstance(d, dict)
+        ]
         return sorted(docs, key=lambda d: (str(d.get("at", "")), int(d.get("shard", 0))))
 
     def phase_states(
@@ -303,13 +277,6 @@ def _replace(rec: AttemptRecord, **changes: Any) -> AttemptRecord:
     import dataclasses
 
     return dataclasses.replace(rec, **changes)
-
-
-def _read_path(p: Any) -> Any:
-    try:
-        return json.loads(p.read_text())
-    except FileNotFoundError:
-        return None
 
 
 def case_outcome(phase_outcomes: Iterable[str]) -> str:
