@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from avsim import storage
 from avsim.artifacts import RunLayout
 from avsim.devstack import fakesim
 from avsim.devstack.fakesim_artifacts import DRIVING_KINDS
@@ -329,15 +327,17 @@ class ZombieReporter:
     * for every committed outcome: the same record again (a duplicate).
 
     It also keeps the first committed outcome it saw of each (case, phase), to show at the end that
-    no report changed it. Ledger documents are read from the artifact root (``file://`` or ``s3://``,
-    through ObjectStoragePath).
+    no report changed it. Ledger documents are listed and read through the ledger's document store
+    (``file://`` or ``s3://``).
     """
 
     def __init__(self, layout: RunLayout, interval: float = 0.5) -> None:
         self.layout = layout
         self.ledger = Ledger(layout)
         self.interval = interval
-        self.root = storage.path(layout.ledger)
+        #: Listed and read through the ledger's document store, as the store holds them now (an
+        #: s3fs listing is cached: a sweep would not see the week's new documents).
+        self.store = self.ledger.documents
         self.injected: list[Injected] = []
         self.first_seen: dict[tuple[str, str], dict[str, Any]] = {}
         self._late_done: set[tuple[str, str, int, str]] = set()
@@ -363,18 +363,25 @@ class ZombieReporter:
             except Exception as exc:  # a sweep racing a writer; record it, keep going
                 self.errors.append(f"{type(exc).__name__}: {exc}")
 
-    @staticmethod
-    def _load(path: Any) -> dict[str, Any] | None:
+    def _load(self, uri: str) -> dict[str, Any] | None:
         try:
-            data = json.loads(path.read_text())
-        except (FileNotFoundError, ValueError):
+            data = self.store.read(uri)
+        except ValueError:  # a document being written
             return None
         return data if isinstance(data, dict) else None
 
+    def _listed(self, folder: str) -> list[tuple[str, str, str]]:
+        """(case id, phase, URI) of each ``<folder>/<case>/<phase>.json`` of the ledger."""
+        found = []
+        for uri in self.store.list(f"{self.layout.ledger}/{folder}", "*/*.json"):
+            case_id, name = uri.rsplit("/", 2)[1:]
+            found.append((case_id, name.removesuffix(".json"), uri))
+        return found
+
     def sweep(self, final: bool = False) -> None:
-        for path in sorted(self.root.glob("outcomes/*/*.json"), key=str):
-            key = (path.parent.name, path.stem)
-            doc = self._load(path)
+        for case_id, phase, uri in self._listed("outcomes"):
+            key = (case_id, phase)
+            doc = self._load(uri)
             if doc is None:
                 continue
             self.first_seen.setdefault(key, doc)
@@ -382,9 +389,8 @@ class ZombieReporter:
             if (*key, tag) not in self._dup_done:
                 self._dup_done.add((*key, tag))
                 self._report("duplicate", OutcomeRecord.from_json(doc))
-        for path in sorted(self.root.glob("current/*/*.json"), key=str):
-            case_id, phase = path.parent.name, path.stem
-            doc = self._load(path)
+        for case_id, phase, uri in self._listed("current"):
+            doc = self._load(uri)
             current = int(doc["attempt"]) if doc and "attempt" in doc else 0
             for k in range(1, current):
                 rec = self._attempt(case_id, phase, k)
@@ -413,7 +419,7 @@ class ZombieReporter:
                     )
 
     def _attempt(self, case_id: str, phase: str, n: int) -> AttemptRecord | None:
-        doc = self._load(self.root / "attempts" / case_id / phase / f"{n}.json")
+        doc = self._load(self.layout.attempt_record(case_id, phase, n))
         return AttemptRecord.from_json(doc) if doc else None
 
     def _report(self, kind: str, rec: OutcomeRecord) -> None:
