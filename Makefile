@@ -3,30 +3,39 @@
 #   make test   - lint, type-check and the test suite (starts its own PostgreSQL); make test-long: the long tier
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml .ci/constraints.txt | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml .ci/constraints.txt Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-long install lint bench
+.PHONY: demo test test-long install lint bench bytecode
 
-$(STAMP): pyproject.toml .ci/constraints.txt
+# --compile-bytecode: the packages' bytecode is written once at install, as pip does by default and
+# as a deployment's image has it. uv does not by default, and where PYTHONDONTWRITEBYTECODE is set
+# nothing writes it later: every Airflow process would compile what it imports from source (the
+# Kubernetes provider's clients alone cost a phase task ~2 CPU-s at each start; docs/performance.md).
+$(STAMP): pyproject.toml .ci/constraints.txt Makefile
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check uv
-	$(VENV)/bin/uv pip install -q --python $(PY) -c .ci/constraints.txt -e ".[test]"
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -c .ci/constraints.txt -e ".[test]"
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# avsim itself is installed editable: its bytecode, and the DAG and plugin files', brought up to date
+# (only what changed is compiled).
+bytecode: $(STAMP)
+	$(PY) -m compileall -q provider/avsim dags plugins
+
+demo: bytecode
 	$(VENV)/bin/avsim demo $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check provider tests dags plugins bench
 	$(VENV)/bin/mypy
 
-test: lint
+test: lint bytecode
 	$(PY) -m pytest -m "not long" $(ARGS)
 
-test-long: $(STAMP)
+test-long: bytecode
 	$(PY) -m pytest -m long $(ARGS)
 
-bench: $(STAMP)
+bench: bytecode
 	$(PY) bench/parse_time.py

@@ -133,6 +133,9 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=40, help="cases per measured week")
     parser.add_argument("--quick", action="store_true", help="12 cases a week")
     args = parser.parse_args()
+    from bytecode import ensure_bytecode
+
+    ensure_bytecode()  # measure what a deployment pays (bench/bytecode.py)
     cases = 12 if args.quick else args.cases
 
     from tests.support.distributed import ADMIN, client_environment, distributed_stack

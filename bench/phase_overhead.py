@@ -489,6 +489,9 @@ def main() -> None:
         help="record the first round's runs with py-spy to PROFILE.<variant>.<component>.txt (a dev tool)",
     )
     args = ap.parse_args()
+    from bytecode import ensure_bytecode
+
+    ensure_bytecode()  # measure what a deployment pays (bench/bytecode.py)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the stack and clean up, as Ctrl-C does
     if args.quick:
         args.cases, args.rounds, args.idle_seconds = 10, 1, 20.0

@@ -383,6 +383,9 @@ def main() -> None:
     ap.add_argument("--save", type=Path, help="write the measured weeks here (JSON)")
     ap.add_argument("--from", dest="source", type=Path, help="forecast from weeks saved by --save")
     args = ap.parse_args()
+    from bytecode import ensure_bytecode
+
+    ensure_bytecode()  # measure what a deployment pays (bench/bytecode.py)
     if args.quick:
         args.calibrate_cases, args.cases, args.production_cases = 12, 20, 2_000
 

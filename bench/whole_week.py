@@ -223,6 +223,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=4 * 3600)
     ap.add_argument("--env", action="append", default=[], help="extra KEY=VALUE for the stacks (repeatable)")
     args = ap.parse_args()
+    from bytecode import ensure_bytecode
+
+    ensure_bytecode()  # measure what a deployment pays (bench/bytecode.py)
     if args.quick:
         args.cases, args.small, args.shard_size = 200, 50, 25
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the stack and clean up, as Ctrl-C does
