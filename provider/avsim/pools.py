@@ -129,7 +129,7 @@ def load_capacity(path: str | Path) -> Capacity:
     except OSError as exc:
         raise CapacityError(str(p), [Problem("", f"cannot be read: {exc.strerror or exc}")]) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise CapacityError(str(p), [Problem("", f"is not valid YAML: {exc}")]) from None
     return parse_capacity(data, str(p))

@@ -87,7 +87,8 @@ def load_catalog(path: str | Path) -> GraphCatalog:
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError([Problem("", str(exc))], source=f"graph catalog {p}") from None
     try:
-        data = yaml.safe_load(text)
+        # libyaml's loader when PyYAML has it: a phase task parses the catalog at every start
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise ManifestError(
             [Problem("", f"not valid YAML/JSON: {exc}")], source=f"graph catalog {p}"
