@@ -46,6 +46,17 @@ class Try:
     map_index: int
     try_number: int
 
+    @property
+    def params(self) -> dict[str, Any]:
+        """Bind parameters of a query on this try's task instance: :d, :r, :t, :m and :n (the try)."""
+        return {
+            "d": self.dag_id,
+            "r": self.run_id,
+            "t": self.task_id,
+            "m": self.map_index,
+            "n": self.try_number,
+        }
+
 
 # -- REST --------------------------------------------------------------------------------------------
 def request(
@@ -225,10 +236,7 @@ def attempt_keys(stack: DistributedStack, tries: Iterable[Try]) -> frozenset[tup
             stack,
             "SELECT rendered_map_index FROM task_instance WHERE dag_id = :d AND run_id = :r "
             "AND task_id = :t AND map_index = :m",
-            d=t.dag_id,
-            r=t.run_id,
-            t=t.task_id,
-            m=t.map_index,
+            **t.params,
         )
         keys.add((str(case_id), t.task_id, t.try_number))
     return frozenset(keys)
@@ -242,21 +250,14 @@ def check_retried_elsewhere(stack: DistributedStack, lost: Iterable[Try], worker
             stack,
             "SELECT state, hostname FROM task_instance_history WHERE dag_id = :d AND run_id = :r "
             "AND task_id = :t AND map_index = :m AND try_number = :n",
-            d=t.dag_id,
-            r=t.run_id,
-            t=t.task_id,
-            m=t.map_index,
-            n=t.try_number,
+            **t.params,
         )
         assert (state, hostname) == ("failed", worker), (t, state, hostname)
         [(now_try, now_state, now_host)] = query(
             stack,
             "SELECT try_number, state, hostname FROM task_instance WHERE dag_id = :d AND run_id = :r "
             "AND task_id = :t AND map_index = :m",
-            d=t.dag_id,
-            r=t.run_id,
-            t=t.task_id,
-            m=t.map_index,
+            **t.params,
         )
         assert now_try > t.try_number and now_state in ("success", "failed", "skipped"), (
             t,
@@ -267,11 +268,7 @@ def check_retried_elsewhere(stack: DistributedStack, lost: Iterable[Try], worker
             stack,
             "SELECT hostname FROM task_instance_history WHERE dag_id = :d AND run_id = :r AND task_id = :t "
             "AND map_index = :m AND try_number > :n",
-            d=t.dag_id,
-            r=t.run_id,
-            t=t.task_id,
-            m=t.map_index,
-            n=t.try_number,
+            **t.params,
         )
         hosts = {h for (h,) in later} | ({now_host} if now_host else set())
         assert hosts == {other}, (t, hosts)
