@@ -2,9 +2,14 @@
 
 Two weeks, each on a stack of its own (scheduler, dag-processor, triggerer, api-server,
 LocalExecutor with parallelism 16, the metadata database on a private PostgreSQL cluster), with the
-shipped S and W (``[avsim] shard_size`` 250, ``max_active_shards`` 6), the shipped canary (1 % of the
-cases, at least 20, then the gate) and shard poll, and fast fake phases (``--time-scale 0.00005``: a
-30-minute simulate works 0.09 s). Each week is triggered as the weekly run and runs until its
+shipped canary (1 % of the cases, at least 20, then the gate) and shard poll, and fast fake phases
+(``--time-scale 0.00005``: a 30-minute simulate works 0.09 s). Both weeks hold the same window of
+cases in flight, S = 50 and W = 5 (250 cases: the small week fills it, the large one runs 40 shard
+runs through it), so that what the comparison shows is what grows with the week and not with the
+window. ``--shipped`` runs both with the shipped S and W instead (``[avsim] shard_size`` 250,
+``max_active_shards`` 6: 1,500 cases in flight, a window this machine's scheduler cannot carry with
+fast phases, see docs/performance.md) and stops a week at ``--timeout`` (30 minutes there),
+reporting what it did by then. Each week is triggered as the weekly run and runs until its
 ``report`` has ended. Measured:
 
 - phase task instances per second over the whole week (every shard run's phase task instances that
@@ -23,7 +28,11 @@ small (goal <= 1.2), then one line::
     whole_week: cases=N throughput_ratio=R loop_ratio=R
 
     flock /tmp/avsim-heavy.lock .venv/bin/python bench/whole_week.py             # 2,000 and 250 cases
-    flock /tmp/avsim-heavy.lock .venv/bin/python bench/whole_week.py --quick     # 200 and 50 cases, S = 25
+    flock /tmp/avsim-heavy.lock .venv/bin/python bench/whole_week.py --quick     # 200 and 70 cases
+    flock /tmp/avsim-heavy.lock .venv/bin/python bench/whole_week.py --shipped   # S = 250, W = 6
+
+``--quick`` keeps the full run's shape at a fifth of its shard size: S = 10, W = 5, a 70-case week
+filling the window against a 200-case week of 20 shard runs.
 """
 
 from __future__ import annotations
@@ -48,6 +57,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from scheduler_scale import StatsdSink  # noqa: E402
 
 PARENT, SHARD = "avsim_weekly", "avsim_weekly_shard"
+#: The scheduler's own StatsD timings that can tell which part of a long loop took the time.
+SCHEDULER_PARTS = ("scheduler.critical_section", "scheduler.executor_heartbeat", "dagrun.dependency-check")
 
 
 @dataclass
@@ -62,6 +73,7 @@ class Week:
     first4_seconds: float
     loops: list[float]
     sizes: dict[str, Any] = field(default_factory=dict)
+    longest: list[tuple[float, float, str]] = field(default_factory=list)  # (s after trigger, ms, parts)
 
     @property
     def rate(self) -> float:
@@ -78,6 +90,10 @@ class Week:
     @property
     def median_loop(self) -> float:
         return statistics.median(self.loops) if self.loops else float("nan")
+
+    @property
+    def p95_loop(self) -> float:
+        return statistics.quantiles(self.loops, n=20)[-1] if len(self.loops) > 1 else float("nan")
 
 
 def _epoch(value: Any) -> float:
@@ -105,6 +121,8 @@ def run_week(cases: int, args: argparse.Namespace, base: Path) -> Week:
     }
     if args.shard_size:
         env["AIRFLOW__AVSIM__SHARD_SIZE"] = str(args.shard_size)
+    if args.max_active_shards:
+        env["AIRFLOW__AVSIM__MAX_ACTIVE_SHARDS"] = str(args.max_active_shards)
     env.update(dict(kv.split("=", 1) for kv in args.env))
     try:
         with postgres_cluster() as url:
@@ -126,10 +144,14 @@ def run_week(cases: int, args: argparse.Namespace, base: Path) -> Week:
                 run_id = f"week__{cases}"
                 t0 = time.time()
                 trigger(stack, PARENT, run_id, {"manifest": str(manifest)})
-                state = wait_for_run(stack, PARENT, run_id, timeout=args.timeout)
+                try:
+                    state = wait_for_run(stack, PARENT, run_id, timeout=args.timeout)
+                except TimeoutError:  # measure what the week did by then
+                    state = f"still running after {args.timeout:.0f} s"
                 t1 = time.time()
                 week = measure(stack, query, cases, run_id, state, t1 - t0, sink.loops(t0, t1))
                 week.sizes.update(page_times(stack, api, run_id))
+                week.longest = longest_loops(sink, t0, t1)
                 return week
             finally:
                 stack.stop()
@@ -144,7 +166,7 @@ def measure(
     shard_ends = query(
         stack,
         "SELECT run_id, end_date FROM dag_run WHERE dag_id = :d AND run_id LIKE :p AND run_id LIKE '%\\_\\_shard\\_%' "
-        "ORDER BY end_date",
+        "AND end_date IS NOT NULL ORDER BY end_date",
         d=SHARD,
         p=pattern,
     )
@@ -152,7 +174,7 @@ def measure(
     first, last, phases = query(
         stack, f"SELECT min(start_date), max(end_date), count(*) {ran}", d=SHARD, p=pattern
     )[0]
-    fourth = shard_ends[min(3, len(shard_ends) - 1)].end_date
+    fourth = shard_ends[min(3, len(shard_ends) - 1)].end_date if shard_ends else last
     first4 = query(stack, f"SELECT count(*) {ran} AND end_date <= :e", d=SHARD, p=pattern, e=fourth)[0][0]
     sizes: dict[str, Any] = {}
     parent = query(
@@ -190,6 +212,34 @@ def measure(
     )
 
 
+def longest_loops(sink: Any, start: float, end: float, n: int = 5) -> list[tuple[float, float, str]]:
+    """The n longest scheduler loops: when they ended (seconds after the trigger), their length, and
+    the scheduler's other timings (SCHEDULER_PARTS) that ended inside them and took a fifth of the
+    loop or more (which part of the loop was long)."""
+    loops = [
+        (t, ms)
+        for name, vals in sink.timings.items()
+        if name.endswith("scheduler_loop_duration")
+        for t, ms in vals
+        if start <= t <= end
+    ]
+    found = []
+    for t, ms in sorted(loops, key=lambda x: -x[1])[:n]:
+        inside = sorted(
+            (
+                (other_ms, name.removeprefix("airflow."))
+                for name, vals in sink.timings.items()
+                if name.removeprefix("airflow.").startswith(SCHEDULER_PARTS)
+                for other_t, other_ms in vals
+                if t - ms / 1000 - 0.2 <= other_t <= t + 0.2 and other_ms >= ms / 5
+            ),
+            reverse=True,
+        )
+        parts = "; ".join(f"{name} {other_ms:.0f}" for other_ms, name in inside[:4])
+        found.append((round(t - start, 1), ms, parts))
+    return found
+
+
 def page_times(stack: Any, api: Any, run_id: str) -> dict[str, float]:
     """The weekly-run page's API (first page of failed cases): cold, then the median of 10."""
     path = f"/avsim/api/runs/{PARENT}/{run_id}/progress"
@@ -203,12 +253,17 @@ def page_times(stack: Any, api: Any, run_id: str) -> dict[str, float]:
 
 def report(w: Week) -> None:
     print(
-        f"{w.cases:6d}-case week ({w.state}): {w.shards} shard runs, {w.seconds:.0f} s trigger -> report; "
+        f"{w.cases:6d}-case week ({w.state}): {w.shards} shard runs ended, {w.seconds:.0f} s trigger -> report; "
         f"{w.phases} phase task instances in {w.phase_seconds:.0f} s = {w.rate:.2f}/s; "
         f"first 4 shards: {w.first4_phases} in {w.first4_seconds:.0f} s = {w.first4_rate:.2f}/s; "
-        f"scheduler loop max {w.max_loop:.0f} ms, median {w.median_loop:.0f} ms ({len(w.loops)} loops)",
+        f"scheduler loop max {w.max_loop:.0f} ms, p95 {w.p95_loop:.0f} ms, median {w.median_loop:.0f} ms "
+        f"({len(w.loops)} loops)",
         flush=True,
     )
+    for t, ms, parts in w.longest:
+        print(
+            f"    a loop of {ms:.0f} ms ending {t:.0f} s after the trigger: {parts or 'no part of it reported'}"
+        )
     print("    " + json.dumps(w.sizes), flush=True)
 
 
@@ -216,18 +271,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=2000)
     ap.add_argument("--small", type=int, default=250)
-    ap.add_argument("--quick", action="store_true", help="200 and 50 cases in shards of 25")
-    ap.add_argument("--shard-size", type=int, default=0, help="0: the shipped [avsim] shard_size")
+    ap.add_argument("--quick", action="store_true", help="200 and 70 cases, S = 10, W = 5")
+    ap.add_argument(
+        "--shipped", action="store_true", help="the shipped S and W (250, 6), stopped at --timeout"
+    )
+    ap.add_argument("--shard-size", type=int, default=50, help="S; 0: the shipped [avsim] shard_size")
+    ap.add_argument(
+        "--max-active-shards", type=int, default=5, help="W; 0: the shipped [avsim] max_active_shards"
+    )
     ap.add_argument("--parallelism", type=int, default=16)
     ap.add_argument("--time-scale", type=float, default=0.00005)
-    ap.add_argument("--timeout", type=float, default=4 * 3600)
+    ap.add_argument(
+        "--timeout", type=float, default=0, help="seconds a week may take (0: 4 h; 30 min --shipped)"
+    )
     ap.add_argument("--env", action="append", default=[], help="extra KEY=VALUE for the stacks (repeatable)")
     args = ap.parse_args()
     from bytecode import ensure_bytecode
 
     ensure_bytecode()  # measure what a deployment pays (bench/bytecode.py)
     if args.quick:
-        args.cases, args.small, args.shard_size = 200, 50, 25
+        args.cases, args.small, args.shard_size, args.max_active_shards = 200, 70, 10, 5
+    if args.shipped:
+        args.shard_size = args.max_active_shards = 0
+    args.timeout = args.timeout or (1800 if args.shipped else 4 * 3600)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the stack and clean up, as Ctrl-C does
     started = time.monotonic()
     weeks = []
