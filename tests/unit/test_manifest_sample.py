@@ -121,3 +121,23 @@ def test_write_sample(tmp_path: Path, ext: str) -> None:
 def test_write_sample_needs_a_known_extension(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"name it \.yaml, \.yml or \.json"):
         write_sample(tmp_path / "week.txt", cases=1)
+
+
+def test_the_demo_week_compresses_its_retry_delays_with_its_phases() -> None:
+    real = validate_manifest(sample_manifest(3, iso_week="2026-W49"))
+    sim = real.graphs["standard"].phases["simulate"].retry
+    assert (sim.delay_seconds, sim.max_delay_seconds, sim.preemption_delay_seconds) == (30, 1800, 10)
+
+    demo = validate_manifest(sample_manifest(3, iso_week="2026-W49", compress_retry_delays=True))
+    for spec in [p.retry for g in demo.graphs.values() for p in g.phases.values()] + [
+        demo.run_phases["weekly_summary"].retry
+    ]:
+        # x 0.001, but never under a second: a retry stays a later try, not the same instant.
+        assert (spec.delay_seconds, spec.max_delay_seconds, spec.preemption_delay_seconds) == (1.0, 1.8, 1.0)
+    assert demo.graphs["standard"].phases["simulate"].retry.infrastructure == sim.infrastructure
+
+    slow = validate_manifest(
+        sample_manifest(3, iso_week="2026-W49", time_scale=0.1, compress_retry_delays=True)
+    )
+    assert slow.graphs["standard"].phases["simulate"].retry.delay_seconds == 3.0
+    assert slow.graphs["standard"].phases["simulate"].retry.max_delay_seconds == 180.0

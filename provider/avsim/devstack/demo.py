@@ -187,7 +187,8 @@ def _run_week(
     plan = load_plan(stack.dags_folder / "avsim_graphs.yaml", settings)
     manifest_path = home / "manifests" / "demo.json"
     manifest_path.parent.mkdir(parents=True, exist_ok=True)
-    doc = sample_manifest(cases, crash_rate=crash_rate)
+    # The week's time is compressed (a 30-minute simulate runs 1.8 s), its retry delays with it.
+    doc = sample_manifest(cases, crash_rate=crash_rate, compress_retry_delays=True)
     manifest_path.write_text(json.dumps(doc))
     total_phases = sum(len(plan.family(c["graph"]).phases) for c in doc["cases"])
     with console.status("preparing the Airflow home and its database"):

@@ -10,7 +10,10 @@ Three graph families share their phase graphs across cases:
 Every phase runs the fake simulator (``avsim-fakesim <kind> --duration S ...``) for its
 estimated duration times ``time_scale``; only the driving phases (simulate, perceive) carry the
 scenario-failure and crash rates. A run-level ``weekly_summary`` phase runs after every case.
-The same arguments always give the same document.
+On request (the demo) the retry delays are compressed with the phases (the manifest's defaults
+times ``time_scale``, at least a second): at a time scale of 0.001 a 30-minute simulate runs 1.8 s,
+and an infrastructure retry 30 s later would be eight hours of the week's time. The same arguments
+always give the same document.
 """
 
 from __future__ import annotations
@@ -95,7 +98,24 @@ def _fmt(x: float) -> str:
     return f"{x:.6g}"
 
 
-def _phase(kind: str, deps: tuple[str, ...], time_scale: float, fail: float, crash: float) -> dict[str, Any]:
+#: The retry delays a sample week compresses (``RetrySpec``'s fields; their defaults are the start).
+RETRY_DELAYS = ("delay_seconds", "max_delay_seconds", "preemption_delay_seconds")
+
+
+def _retry(infrastructure: int, time_scale: float) -> dict[str, Any]:
+    """A phase's retry rules: its infrastructure budget, and the default delays at ``time_scale``."""
+    rules: dict[str, Any] = {"infrastructure": infrastructure}
+    if time_scale < 1:
+        from avsim.manifest.models import RetrySpec
+
+        for key in RETRY_DELAYS:
+            rules[key] = round(max(1.0, float(RetrySpec.model_fields[key].default) * time_scale), 3)
+    return rules
+
+
+def _phase(
+    kind: str, deps: tuple[str, ...], time_scale: float, fail: float, crash: float, retry_scale: float
+) -> dict[str, Any]:
     rc, gpus, cpus, memory, estimate, timeout, retries, checkpoint = _PHASES[kind]
     args = [kind, "--duration", _fmt(estimate * time_scale)]
     if kind in _DRIVING:
@@ -106,7 +126,7 @@ def _phase(kind: str, deps: tuple[str, ...], time_scale: float, fail: float, cra
     phase["resources"] = {"class": rc, "gpus": gpus, "cpus": cpus, "memory": memory}
     phase["estimated_duration_seconds"] = estimate
     phase["timeout_seconds"] = timeout
-    phase["retry"] = {"infrastructure": retries}
+    phase["retry"] = _retry(retries, retry_scale)
     if checkpoint:
         phase["checkpoint"] = True
     if rc == "gpu":
@@ -127,10 +147,14 @@ def sample_manifest(
     crash_rate: float = 0.0,
     canary: dict[str, Any] | None = None,
     breaker: dict[str, Any] | None = None,
+    compress_retry_delays: bool = False,
 ) -> dict[str, Any]:
     """A weekly manifest of ``cases`` cases, valid under :func:`~avsim.manifest.validation.validate_manifest`.
 
     ``canary`` and ``breaker`` set ``run.canary`` / ``run.breaker`` (the manifest's defaults otherwise).
+    ``compress_retry_delays=True`` compresses the retry delays with the phases (the demo's week);
+    by default they are the manifest's defaults, as a real week's are (``avsim manifest sample`` writes
+    this document as a starting point, and the deployed graph catalog is cut from it).
     """
     if cases < 1:
         raise ValueError(f"cases must be at least 1, got {cases}")
@@ -139,6 +163,7 @@ def sample_manifest(
     for label, rate in (("scenario_fail_rate", scenario_fail_rate), ("crash_rate", crash_rate)):
         if not 0 <= rate <= 1:
             raise ValueError(f"{label} must be between 0 and 1, got {rate}")
+    retry_scale = time_scale if compress_retry_delays else 1.0
     week = iso_week or open_iso_week()
     try:
         year, weekno = int(week[:4]), int(week[6:])
@@ -154,7 +179,8 @@ def sample_manifest(
         name: {
             "description": description,
             "phases": {
-                kind: _phase(kind, deps, time_scale, scenario_fail_rate, crash_rate) for kind, deps in phases
+                kind: _phase(kind, deps, time_scale, scenario_fail_rate, crash_rate, retry_scale)
+                for kind, deps in phases
             },
         }
         for name, (description, phases) in _GRAPHS.items()
@@ -194,7 +220,7 @@ def sample_manifest(
         "resources": {"class": "cpu", "gpus": 0, "cpus": 2, "memory": "8Gi"},
         "estimated_duration_seconds": 600,
         "timeout_seconds": 3600,
-        "retry": {"infrastructure": 2},
+        "retry": _retry(2, retry_scale),
         "command": ["avsim-fakesim"],
         "args": ["summary", "--duration", _fmt(600 * time_scale)],
     }
