@@ -68,14 +68,18 @@ class StatsdSink:
         self._thread.join(timeout=2)
         self.sock.close()
 
-    def loops(self, start: float, end: float) -> list[float]:
+    def timed_loops(self, start: float, end: float) -> list[tuple[float, float]]:
+        """The scheduler's loops that ended between ``start`` and ``end``: (received at, ms)."""
         return [
-            ms
+            (t, ms)
             for name, vals in self.timings.items()
             if name.endswith("scheduler_loop_duration")
             for t, ms in vals
             if start <= t <= end
         ]
+
+    def loops(self, start: float, end: float) -> list[float]:
+        return [ms for _, ms in self.timed_loops(start, end)]
 
 
 @dataclass

@@ -216,22 +216,15 @@ def longest_loops(sink: Any, start: float, end: float, n: int = 5) -> list[tuple
     """The n longest scheduler loops: when they ended (seconds after the trigger), their length, and
     the scheduler's other timings (SCHEDULER_PARTS) that ended inside them and took a fifth of the
     loop or more (which part of the loop was long)."""
-    loops = [
-        (t, ms)
-        for name, vals in sink.timings.items()
-        if name.endswith("scheduler_loop_duration")
-        for t, ms in vals
-        if start <= t <= end
-    ]
     found = []
-    for t, ms in sorted(loops, key=lambda x: -x[1])[:n]:
+    for t, ms in sorted(sink.timed_loops(start, end), key=lambda x: -x[1])[:n]:
         inside = sorted(
             (
                 (other_ms, name.removeprefix("airflow."))
                 for name, vals in sink.timings.items()
                 if name.removeprefix("airflow.").startswith(SCHEDULER_PARTS)
                 for other_t, other_ms in vals
-                if t - ms / 1000 - 0.2 <= other_t <= t + 0.2 and other_ms >= ms / 5
+                if t - ms / 1000 - 0.2 <= other_t <= t + 0.2 and ms / 5 <= other_ms <= ms * 1.05
             ),
             reverse=True,
         )
