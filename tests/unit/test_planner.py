@@ -462,3 +462,23 @@ def test_the_plan_command_names_the_fix(tmp_path: Path) -> None:
         ],
     )
     assert both.exit_code == 1 and "not both" in both.output
+
+
+def test_the_plan_counts_the_task_instances_each_scheduler_loop_carries() -> None:
+    # CHAIN is 3 phases and 4 tasks a case (its GPU phase has an on-demand twin); without a
+    # preemption budget the GPU phase has no twin: 3 tasks.
+    no_twin = {**CHAIN, "simulate": phase("gpu", 600, "prepare", preemption=0)}
+    w = workload({"chain": CHAIN, "plain": no_twin}, ["chain"] * 7 + ["plain"] * 3)
+    # shards of 3 cases: [4+4+4, 4+4+4, 4+3+3, 3] tasks; the busiest 2 consecutive ones hold 24
+    assert w.window_task_instances(3, 2) == 24
+    assert w.window_task_instances(3, 3) == 34
+    assert w.window_task_instances(3, 10) == 37  # a window wider than the week holds all of it
+    assert w.window_task_instances(100, 1) == 37
+    plan = plan_capacity(
+        w, Capacity(gpus=2, cpus=2), SimOptions(shard_size=3, max_active_shards=2), search=False
+    )
+    assert plan.window_task_instances == 24
+    from avsim.planner.report import format_table, plan_to_json
+
+    assert "up to 24 phase task instances in the 2 active shard runs" in format_table(plan)
+    assert plan_to_json(plan)["window_task_instances"] == 24

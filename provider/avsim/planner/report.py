@@ -28,6 +28,8 @@ class CapacityPlan:
     bound: LowerBound
     deadline_seconds: float | None
     outcomes: dict[str, StrategyOutcome]
+    #: The most phase task instances the active shard runs hold: what each scheduler loop re-evaluates.
+    window_task_instances: int = 0
 
     def ratio(self, strategy: str) -> float:
         """Simulated makespan / lower bound."""
@@ -61,6 +63,7 @@ def plan_capacity(
         bound=lower_bound(workload, capacity, options),
         deadline_seconds=deadline_seconds,
         outcomes=outcomes,
+        window_task_instances=workload.window_task_instances(options.shard_size, options.max_active_shards),
     )
 
 
@@ -91,6 +94,10 @@ def format_table(plan: CapacityPlan) -> str:
             else ""
         ),
     ]
+    lines.append(
+        f"scheduler: up to {plan.window_task_instances:,} phase task instances in the {o.max_active_shards} "
+        'active shard runs, each re-evaluated every scheduler loop (docs/design.md, "Choosing S and W")'
+    )
     if o.preemption_rate:
         lines.append(
             f"spot preemption: {o.preemption_rate * 100:g} % per GPU-hour, checkpoints every "
@@ -174,6 +181,7 @@ def plan_to_json(plan: CapacityPlan) -> dict[str, Any]:
             "run_phase_seconds": b.run_phase_seconds,
         },
         "deadline_seconds": plan.deadline_seconds,
+        "window_task_instances": plan.window_task_instances,
         "strategies": {
             name: {
                 "makespan_seconds": finite(out.result.makespan_seconds),

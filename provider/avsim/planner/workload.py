@@ -92,6 +92,22 @@ class Workload:
             run_phases=scale(self.run_phases),
         )
 
+    def window_task_instances(self, shard_size: int, max_active_shards: int) -> int:
+        """The most phase task instances ``max_active_shards`` consecutive shard runs hold (a GPU
+        phase with a preemption budget is two tasks, its spot task and its on-demand twin).
+
+        Airflow 3.3 re-evaluates the dependencies of every unfinished task instance of every active
+        run in each scheduler loop, so the loop carries at most this many, whatever the week's size
+        (docs/design.md, "Choosing S and W")."""
+        per_shard: dict[int, int] = {}
+        for index, case in enumerate(self.cases):
+            shard = case.shard if case.shard is not None else index // shard_size
+            tasks = sum(2 if p.is_gpu and p.retry.preemption > 0 else 1 for p in case.phases)
+            per_shard[shard] = per_shard.get(shard, 0) + tasks
+        counts = [per_shard[k] for k in sorted(per_shard)]
+        width = max(1, max_active_shards)
+        return max((sum(counts[i : i + width]) for i in range(max(1, len(counts) - width + 1))), default=0)
+
     def remaining(self, finished: Iterable[tuple[str, str]], shard_size: int) -> Workload:
         """The work left once the ``(case id, phase)`` pairs in ``finished`` are done.
 
