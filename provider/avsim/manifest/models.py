@@ -406,6 +406,12 @@ class _RunnableSpec(_Strict):
     def _no_dupes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return _check_no_dupes(v)
 
+    @property
+    def can_fall_back_to_on_demand(self) -> bool:
+        """A GPU phase with a preemption budget: its task has an on-demand twin after it (when the
+        deployment's ``[avsim] on_demand_fallback`` is on)."""
+        return self.resources.resource_class is ResourceClass.GPU and self.retry.preemption > 0
+
 
 class PhaseSpec(_RunnableSpec):
     """One phase of a case's graph."""

@@ -84,11 +84,7 @@ def family_plan(name: str, phases: dict[str, PhaseSpec], settings: AvsimSettings
                 preemption_retries=spec.retry.preemption,
                 preemption_delay_seconds=spec.retry.preemption_delay_seconds,
                 on_demand_after_preemptions=spec.retry.on_demand_after_preemptions,
-                on_demand_fallback=(
-                    settings.on_demand_fallback
-                    and spec.resources.resource_class is ResourceClass.GPU
-                    and spec.retry.preemption > 0
-                ),
+                on_demand_fallback=settings.on_demand_fallback and spec.can_fall_back_to_on_demand,
                 on_demand_pool=settings.gpu_on_demand_pool,
                 queue=queue_for(spec.resources.resource_class, settings),
             )

@@ -32,10 +32,17 @@ class PhaseWork:
     path_seconds: float = 0.0
     #: Tasks downstream of it in its DAG (what Airflow's default ``downstream`` rule counts).
     downstream_tasks: int = 0
+    #: Its task has an on-demand twin after it (a GPU phase with a preemption budget).
+    twin: bool = False
 
     @property
     def is_gpu(self) -> bool:
         return self.gpus > 0
+
+    @property
+    def tasks(self) -> int:
+        """Its task instances in a shard run: the phase's task, and its on-demand twin if it has one."""
+        return 2 if self.twin else 1
 
 
 @dataclass(frozen=True)
@@ -102,8 +109,7 @@ class Workload:
         per_shard: dict[int, int] = {}
         for index, case in enumerate(self.cases):
             shard = case.shard if case.shard is not None else index // shard_size
-            tasks = sum(2 if p.is_gpu and p.retry.preemption > 0 else 1 for p in case.phases)
-            per_shard[shard] = per_shard.get(shard, 0) + tasks
+            per_shard[shard] = per_shard.get(shard, 0) + sum(p.tasks for p in case.phases)
         counts = [per_shard[k] for k in sorted(per_shard)]
         width = max(1, max_active_shards)
         return max((sum(counts[i : i + width]) for i in range(max(1, len(counts) - width + 1))), default=0)
@@ -169,11 +175,7 @@ def phase_works(
         {n: p.estimated_duration_seconds for n, p in shaping.items()},
     )
     # The DAG builder gives a GPU phase with a preemption budget an on-demand twin task.
-    twins = [
-        n
-        for n, p in phases.items()
-        if p.resources.resource_class is ResourceClass.GPU and p.retry.preemption > 0
-    ]
+    twins = [n for n, p in phases.items() if p.can_fall_back_to_on_demand]
     below = _downstream_counts(deps, twins)
     out = []
     for name in topological_order(deps):
@@ -189,6 +191,7 @@ def phase_works(
                 retry=spec.retry,
                 path_seconds=float(paths.get(name, spec.estimated_duration_seconds)),
                 downstream_tasks=below[name],
+                twin=spec.can_fall_back_to_on_demand,
             )
         )
     return tuple(out)
