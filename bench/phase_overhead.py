@@ -184,6 +184,7 @@ def bench_stack(base: Path, args: argparse.Namespace, plan: Any) -> Iterator[tup
                 extra_env={
                     **kube.airflow_conn_env("kubernetes_default", kubeconfig, namespace=NAMESPACE),
                     "AIRFLOW__AVSIM__KUBERNETES_NAMESPACE": NAMESPACE,
+                    "AIRFLOW__AVSIM__BACKEND": args.deployment_backend,
                     "AIRFLOW__AVSIM__SHARD_SIZE": str(plan.shard_size),
                     # Parse each DAG file once at start, not every minute: a per-file cost, not a per-phase one.
                     "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
@@ -481,6 +482,14 @@ def main() -> None:
     )
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument(
+        "--deployment-backend",
+        choices=("kubernetes", "local"),
+        default="kubernetes",
+        help="the stack's [avsim] backend: with kubernetes (a Kubernetes deployment's setting) the scheduler "
+        "preloads the Kubernetes operator before forking its workers, for (c) and (d) alike; (b) is built "
+        "for the local backend either way",
+    )
     ap.add_argument("--env", action="append", default=[], help="extra KEY=VALUE for the stack (repeatable)")
     ap.add_argument("--plugins-folder", type=Path, default=ROOT / "plugins", help=argparse.SUPPRESS)
     ap.add_argument(

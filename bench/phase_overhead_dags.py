@@ -136,7 +136,7 @@ from avsim.settings import load_settings
 
 globals().update(
     load_weekly_dags(
-        catalog={catalog!r},
+        catalog=Path(__file__).with_name("avsim_graphs.yaml"),
         dag_id="{prefix}",
         settings=dataclasses.replace(load_settings(), backend="{backend}"),
         part="shard",
@@ -191,11 +191,12 @@ def write_dags(folder: Path, plan: Any, catalog: Path, namespace: str, pod_secon
         (folder / f"{dag_id}.py").write_text(
             _STOCK.format(kind=variant, imports=imports, make_task=make_task, dag_id=dag_id)
         )
+    # The catalog ships next to the DAG files, as dags/avsim_graphs.yaml does (the scheduler's preload
+    # checks the one in the DAGs folder).
+    (folder / "avsim_graphs.yaml").write_text(catalog.read_text())
     for variant, backend in (("avsim_local", "local"), ("avsim_k8s", "kubernetes")):
         dag_id = DAG_IDS[variant]
-        (folder / f"{dag_id}.py").write_text(
-            _AVSIM.format(backend=backend, catalog=str(catalog), prefix=dag_id.removesuffix("_shard"))
-        )
+        (folder / f"{dag_id}.py").write_text(_AVSIM.format(backend=backend, prefix=dag_id.removesuffix("_shard")))
 
 
 def dependencies(plan: Any) -> dict[str, list[str]]:

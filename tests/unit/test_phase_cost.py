@@ -99,3 +99,40 @@ def test_a_committed_result_is_read_once_and_a_committed_failure_every_time(tmp_
     assert other.outcome("c1", "simulate").attempt == 2  # type: ignore[union-attr]
     assert not other.commit(_outcome(3, Outcome.PASSED))  # the first committed result wins
     assert other.outcome("c1", "simulate").attempt == 2  # type: ignore[union-attr]
+
+
+def test_a_catalog_is_checked_once_per_text_and_again_when_the_file_changes(tmp_path: Path) -> None:
+    from avsim.errors import ManifestError
+    from avsim.plan import catalog as catalog_module
+
+    shipped = (Path(__file__).parents[2] / "dags" / "avsim_graphs.yaml").read_text()
+    path = tmp_path / "avsim_graphs.yaml"
+    path.write_text(shipped)
+    checks: list[str] = []
+    real = catalog_module._check_catalog_text
+
+    def counted(text: str, p: Path) -> catalog_module.GraphCatalog:
+        checks.append(str(p))
+        return real(text, p)
+
+    catalog_module._CHECKED.clear()
+    try:
+        catalog_module._check_catalog_text = counted  # type: ignore[assignment]
+        assert preload.check_catalog(str(path))  # the scheduler's preload checks it ahead
+        first = catalog_module.load_catalog(path)  # the phase task's parse: the same text, not checked again
+        assert catalog_module.load_catalog(path) is first
+        assert checks == [str(path)]
+
+        path.write_text(shipped.replace("graphs:", "graphs:  # edited", 1))  # a changed file is checked again
+        assert catalog_module.load_catalog(path) == first
+        assert len(checks) == 2
+
+        path.write_text(shipped + "\nunknown_key: 1\n")  # and a bad one fails every time, never cached
+        for _ in range(2):
+            with pytest.raises(ManifestError, match="unknown_key"):
+                catalog_module.load_catalog(path)
+        assert len(checks) == 4
+        assert not preload.check_catalog(str(path)) and not preload.check_catalog(str(tmp_path / "missing.yaml"))
+    finally:
+        catalog_module._check_catalog_text = real  # type: ignore[assignment]
+        catalog_module._CHECKED.clear()

@@ -9,6 +9,9 @@ process has every module its parent had imported, for free. A phase task imports
 its deferral). The scheduler importing them once before it forks its workers removes that cost from
 every phase (``bench/phase_overhead.py`` measures it).
 
+The graph catalog is checked there too (:func:`check_catalog`): a phase task's parse reads the
+catalog file again, and reuses the checked catalog when the text is the same.
+
 The avsim plugin registers this module as a listener: Airflow calls :func:`on_starting` when a job
 starts (before the scheduler starts its executors). Only a scheduler whose executor forks its task
 processes locally, and a dag-processor, import anything; every other process (task processes, the
@@ -74,13 +77,28 @@ def preload(modules: tuple[str, ...]) -> list[str]:
     return done
 
 
+def check_catalog(path: str) -> bool:
+    """Read and check the graph catalog at ``path`` once, so that the processes forked from this one
+    reuse it when their DAG file's parse reads the same text (:func:`avsim.plan.catalog.load_catalog`).
+    Never raises: a missing or bad catalog is reported by the parse that needs it."""
+    try:
+        from avsim.plan.catalog import load_catalog
+
+        load_catalog(path)
+    except Exception as exc:
+        log.info("avsim preload: graph catalog %s not checked ahead: %s", path, exc)
+        return False
+    return True
+
+
 @hookimpl
 def on_starting(component: Any) -> None:
     """Airflow's listener hook: a job (scheduler, dag-processor, triggerer) or a task runner starts."""
     if type(component).__name__ != "Job":  # a task process, an API server: nothing to do
         return
-    from avsim.settings import airflow_config
+    from avsim.settings import airflow_config, load_settings
 
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     backend = airflow_config("avsim", "backend", "local")
-    preload(modules_for(command, backend, airflow_config("core", "executor", "LocalExecutor")))
+    if preload(modules_for(command, backend, airflow_config("core", "executor", "LocalExecutor"))):
+        check_catalog(load_settings().resolved_graph_catalog(airflow_config("core", "dags_folder", "") or None))

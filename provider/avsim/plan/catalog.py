@@ -67,11 +67,31 @@ def parse_catalog(data: object, source: str) -> GraphCatalog:
     return validate_document(data, GraphCatalog, f"graph catalog {source}", "a graph catalog")
 
 
-def load_catalog(path: str | Path) -> GraphCatalog:
-    """Read a catalog file (YAML or JSON). Raises ManifestError naming the file and the field."""
-    import yaml
+#: Catalogs already checked in this process, by their file's text (at most a few: one per catalog file).
+#: A catalog is frozen and a pure function of its text, so a process forked from one that read it
+#: (a LocalExecutor task forked after the scheduler's preload) reuses it once it has read the same text.
+_CHECKED: dict[str, GraphCatalog] = {}
+_CHECKED_MAX = 8
 
+
+def load_catalog(path: str | Path) -> GraphCatalog:
+    """Read a catalog file (YAML or JSON). Raises ManifestError naming the file and the field.
+
+    The file is read every time; checking it (YAML, then every model and reference) is done once per
+    text in a process: a phase task parses its DAG file, and so the catalog, at every start.
+    """
     p = Path(path)
+    text = _read_catalog_text(p)
+    if (checked := _CHECKED.get(text)) is not None:
+        return checked
+    catalog = _check_catalog_text(text, p)
+    if len(_CHECKED) >= _CHECKED_MAX:
+        _CHECKED.clear()
+    _CHECKED[text] = catalog
+    return catalog
+
+
+def _read_catalog_text(p: Path) -> str:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -86,6 +106,12 @@ def load_catalog(path: str | Path) -> GraphCatalog:
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError([Problem("", str(exc))], source=f"graph catalog {p}") from None
+    return text
+
+
+def _check_catalog_text(text: str, p: Path) -> GraphCatalog:
+    import yaml
+
     try:
         # libyaml's loader when PyYAML has it: a phase task parses the catalog at every start
         data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
