@@ -39,6 +39,8 @@ FAULTS: dict[int, tuple[str, str, dict[str, Any], str]] = {
     # time; the retry passes.
     7: ("node_lost_stuck", "simulate", {"grace_seconds": 1}, "passed"),
 }
+#: The case whose simulate is preempted twice, so that its on-demand twin runs the third attempt.
+PREEMPTED = 6
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +67,14 @@ def test_a_week_on_kubernetes_ends_every_case_in_its_class(cluster: tuple[FakeKu
             after_seconds=after,
             **params,
         )
+    # The preempted case's spot pod is reclaimed again on its retry: after on_demand_after_preemptions (2)
+    # its third attempt is the on-demand twin's, which defers and resumes like any phase.
+    kube.add_fault(
+        "preempt",
+        match={"env": {"CASE_ID": standard[PREEMPTED]["id"], "PHASE": "simulate", "ATTEMPT": "2"}},
+        after_seconds=0.5,
+        grace_seconds=0.5,
+    )
     other = next(c for c in doc["cases"] if c["id"] not in {standard[i]["id"] for i in FAULTS})
     other["parameters"]["fakesim"] = (
         {"simulate": "scenario_failed"} if other["graph"] != "perception" else {"perceive": "scenario_failed"}
@@ -101,6 +111,12 @@ def test_a_week_on_kubernetes_ends_every_case_in_its_class(cluster: tuple[FakeKu
         "preempt": "node_shutdown",
         "node_lost_stuck": "node_lost",
     }
+    twice = ledger.attempts(standard[PREEMPTED]["id"], "simulate")
+    assert [(a.attempt, a.outcome.value if a.outcome else None, a.node_class, a.task_id) for a in twice] == [
+        (1, "preempted", "gpu-spot", "standard.simulate"),
+        (2, "preempted", "gpu-spot", "standard.simulate"),
+        (3, "passed", "gpu-on-demand", "standard.simulate_on_demand"),
+    ]
     assert by_case[other["id"]]["outcome"] == "scenario_failed"
     # Every other case passed, and every pod and Lease is gone.
     for case in doc["cases"]:

@@ -97,3 +97,52 @@ def test_a_timed_out_deferral_is_recorded_as_an_infrastructure_failure(
 
     with pytest.raises(TaskDeferralError):
         op.resume_execution("__fail__", {"error": "Trigger failure"}, {})
+
+
+def test_an_on_demand_twin_resumes_with_the_case_its_spot_task_handed_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The twin is built without a case or a run (it takes them from its spot task's hand-over XCom); a
+    deferred twin resumes in a new task process, where it must take them again before it rebuilds its
+    attempt."""
+    from avsim.operators.lifecycle import HANDOVER_XCOM
+
+    spot, attempt = operator(0)
+    twin = KubernetesPhaseOperator(
+        task_id="standard.simulate_on_demand",
+        phase="simulate",
+        case=None,
+        run=None,
+        role=Role.ON_DEMAND,
+        gpus=1,
+        kube=KUBE,
+    )
+    pulls: list[tuple[str, str, int]] = []
+
+    def xcom_pull(task_ids: str, key: str, map_indexes: int) -> Any:
+        pulls.append((task_ids, key, map_indexes))
+        return {"case": dict(spot.case), "run": dict(spot.run)}
+
+    context: Any = {"ti": SimpleNamespace(map_index=4, xcom_pull=xcom_pull)}
+    seen: list[tuple[Any, Any]] = []
+
+    def attempt_for(context: Any, number: int = 0) -> tuple[PhaseAttempt, str]:
+        seen.append((twin.case, twin.run))
+        return attempt.with_attempt(number), ""
+
+    monkeypatch.setattr(twin, "attempt_for", attempt_for)
+    monkeypatch.setattr(
+        twin, "_conclude", lambda context, a, result, ns, name, started: {"outcome": result.outcome.value}
+    )
+    monkeypatch.setattr(twin, "_result", lambda context, result: result)
+    event = {
+        "status": "ended",
+        "attempt": 2,
+        "outcome": "passed",
+        "exit_code": 0,
+        "pod": "p",
+        "namespace": "avsim",
+    }
+    assert twin.resume_execution("phase_complete", {"event": event}, context) == {"outcome": "passed"}
+    assert pulls == [("standard.simulate", HANDOVER_XCOM, 4)]
+    assert seen == [(spot.case, spot.run)]

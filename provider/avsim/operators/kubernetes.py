@@ -293,6 +293,9 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         """A deferral that timed out is the attempt's infrastructure failure, recorded like any other."""
         from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 
+        # A resumed task instance is a new task process with the operator as its DAG file builds it: an
+        # on-demand twin has no case and no run there until it takes its spot task's hand-over again.
+        self.take_over(context)
         error = (next_kwargs or {}).get("error")
         if next_method != TRIGGER_FAIL_REPR or error != TriggerFailureReason.TRIGGER_TIMEOUT:
             return super().resume_execution(next_method, next_kwargs, context)
