@@ -196,7 +196,9 @@ def write_dags(folder: Path, plan: Any, catalog: Path, namespace: str, pod_secon
     (folder / "avsim_graphs.yaml").write_text(catalog.read_text())
     for variant, backend in (("avsim_local", "local"), ("avsim_k8s", "kubernetes")):
         dag_id = DAG_IDS[variant]
-        (folder / f"{dag_id}.py").write_text(_AVSIM.format(backend=backend, prefix=dag_id.removesuffix("_shard")))
+        (folder / f"{dag_id}.py").write_text(
+            _AVSIM.format(backend=backend, prefix=dag_id.removesuffix("_shard"))
+        )
 
 
 def dependencies(plan: Any) -> dict[str, list[str]]:

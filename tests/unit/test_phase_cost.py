@@ -132,7 +132,9 @@ def test_a_catalog_is_checked_once_per_text_and_again_when_the_file_changes(tmp_
             with pytest.raises(ManifestError, match="unknown_key"):
                 catalog_module.load_catalog(path)
         assert len(checks) == 4
-        assert not preload.check_catalog(str(path)) and not preload.check_catalog(str(tmp_path / "missing.yaml"))
+        assert not preload.check_catalog(str(path)) and not preload.check_catalog(
+            str(tmp_path / "missing.yaml")
+        )
     finally:
         catalog_module._check_catalog_text = real  # type: ignore[assignment]
         catalog_module._CHECKED.clear()

@@ -101,4 +101,6 @@ def on_starting(component: Any) -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     backend = airflow_config("avsim", "backend", "local")
     if preload(modules_for(command, backend, airflow_config("core", "executor", "LocalExecutor"))):
-        check_catalog(load_settings().resolved_graph_catalog(airflow_config("core", "dags_folder", "") or None))
+        check_catalog(
+            load_settings().resolved_graph_catalog(airflow_config("core", "dags_folder", "") or None)
+        )
