@@ -51,6 +51,7 @@ REQUIRED = {
     "AIRFLOW__AVSIM__BACKEND": "local",
     "AIRFLOW__AVSIM__AIRFLOW_API_CONN_ID": "avsim_airflow_api",
     "AIRFLOW__AVSIM__DEADLINE_API_CONN_ID": "avsim_airflow_api",
+    "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "avsim.celery_config.CELERY_CONFIG",
 }
 NAMED = (
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",

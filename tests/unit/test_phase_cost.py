@@ -5,6 +5,7 @@ bench/phase_overhead.py, not here)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,35 @@ def test_a_catalog_is_checked_once_per_text_and_again_when_the_file_changes(tmp_
     finally:
         catalog_module._check_catalog_text = real  # type: ignore[assignment]
         catalog_module._CHECKED.clear()
+
+
+def test_a_celery_worker_warms_up_through_avsims_celery_configuration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only ``airflow celery worker`` imports the phase modules; the CeleryExecutor and ``celery inspect``
+    import the same configuration and get Airflow's own, unchanged."""
+    from airflow.providers.celery.executors.default_celery import DEFAULT_CELERY_CONFIG
+
+    assert preload.modules_for(preload.CELERY_WORKER, "local", "CeleryExecutor") == preload.PHASE_TASK_MODULES
+    k8s = preload.modules_for(preload.CELERY_WORKER, "kubernetes", "CeleryExecutor")
+    assert k8s == preload.PHASE_TASK_MODULES + preload.KUBERNETES_MODULES
+    warmed: list[str] = []
+    monkeypatch.setattr(preload, "warm", lambda command: warmed.append(command) or ["m"])
+    assert preload.warm_celery_worker(["airflow", "scheduler"]) == []
+    assert preload.warm_celery_worker(["celery", "--app", "x", "inspect", "ping"]) == []
+    assert preload.warm_celery_worker(["/venv/bin/airflow", "celery", "worker", "--queues", "q"]) == ["m"]
+    assert warmed == [preload.CELERY_WORKER]
+
+    code = (
+        "import sys; sys.argv = ['airflow', 'celery', 'worker']; "
+        "import avsim.celery_config as c; "
+        "print('RESULT', 'avsim.operators.phase' in sys.modules, 'avsim.operators.kubernetes' in sys.modules)"
+    )
+    env = {**os.environ, "AIRFLOW__AVSIM__BACKEND": "kubernetes"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout
+    assert [line.split()[1:] for line in out.splitlines() if line.startswith("RESULT ")] == [["True", "True"]]
+    import avsim.celery_config
+
+    assert avsim.celery_config.CELERY_CONFIG == DEFAULT_CELERY_CONFIG

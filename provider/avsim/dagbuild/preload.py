@@ -14,7 +14,8 @@ catalog file again, and reuses the checked catalog when the text is the same.
 
 The avsim plugin registers this module as a listener: Airflow calls :func:`on_starting` when a job
 starts (before the scheduler starts its executors). Only a scheduler whose executor forks its task
-processes locally, and a dag-processor, import anything; every other process (task processes, the
+processes locally, a dag-processor, and a Celery worker (through :mod:`avsim.celery_config`, since no
+listener is called there) import anything; every other process (task processes, the
 API server, the triggerer, the CLI) is left as it is. A module that fails to import is logged and
 skipped: the warm-up saves time, it never decides anything.
 """
@@ -49,12 +50,16 @@ DAG_FILE_MODULES = ("avsim.dagbuild.factory", "avsim.dagbuild.shard_dag", "avsim
 KUBERNETES_MODULES = ("avsim.operators.kubernetes",)
 #: Executors whose task processes are forked from the scheduler's own workers.
 FORKING_EXECUTORS = ("LocalExecutor",)
+#: A Celery worker (``airflow celery worker``), warmed through avsim's Celery configuration.
+CELERY_WORKER = "celery worker"
 
 
 def modules_for(command: str, backend: str, executor: str) -> tuple[str, ...]:
     """The modules worth importing in the component started by ``airflow <command>``."""
     kube = KUBERNETES_MODULES if backend == "kubernetes" else ()
     if command == "scheduler" and any(name in executor for name in FORKING_EXECUTORS):
+        return PHASE_TASK_MODULES + kube
+    if command == CELERY_WORKER:
         return PHASE_TASK_MODULES + kube
     if command == "dag-processor":
         return DAG_FILE_MODULES + kube
@@ -91,16 +96,29 @@ def check_catalog(path: str) -> bool:
     return True
 
 
+def warm(command: str) -> list[str]:
+    """Import what the processes ``command``'s component forks would import, and check the catalog."""
+    from avsim.settings import airflow_config, load_settings
+
+    backend = airflow_config("avsim", "backend", "local")
+    done = preload(modules_for(command, backend, airflow_config("core", "executor", "LocalExecutor")))
+    if done:
+        check_catalog(
+            load_settings().resolved_graph_catalog(airflow_config("core", "dags_folder", "") or None)
+        )
+    return done
+
+
 @hookimpl
 def on_starting(component: Any) -> None:
     """Airflow's listener hook: a job (scheduler, dag-processor, triggerer) or a task runner starts."""
     if type(component).__name__ != "Job":  # a task process, an API server: nothing to do
         return
-    from avsim.settings import airflow_config, load_settings
+    warm(sys.argv[1] if len(sys.argv) > 1 else "")
 
-    command = sys.argv[1] if len(sys.argv) > 1 else ""
-    backend = airflow_config("avsim", "backend", "local")
-    if preload(modules_for(command, backend, airflow_config("core", "executor", "LocalExecutor"))):
-        check_catalog(
-            load_settings().resolved_graph_catalog(airflow_config("core", "dags_folder", "") or None)
-        )
+
+def warm_celery_worker(argv: list[str] | None = None) -> list[str]:
+    """For ``airflow celery worker`` (:mod:`avsim.celery_config`): its pool processes are forked from it
+    and fork one task process per task instance, so what it imports here every phase task has."""
+    argv = sys.argv if argv is None else argv
+    return warm(CELERY_WORKER) if argv[1:3] == ["celery", "worker"] else []
