@@ -19,6 +19,11 @@ output is reused; the stock DAGs get the same cases by family in their conf), on
 ``--rounds`` times (the order reversed every other round). Before measuring, one small run of each
 variant warms the stack up (first parses, first clients), and the stack's idle CPU rate is measured.
 
+The stack is configured as a Kubernetes deployment is (``[avsim] backend = kubernetes``, or
+``--deployment-backend local``): its scheduler imports what a phase task imports, the Kubernetes
+operator included, and checks the graph catalog before forking its LocalExecutor workers
+(:mod:`avsim.dagbuild.preload`), which (c) benefits from as much as (d).
+
 **CPU seconds per phase task instance.** Every process of the stack is counted, through the
 component that started it (``bench/proc_cpu.py``: /proc's utime+stime of live processes and
 cutime+cstime of the children they reaped): the scheduler's loop, the LocalExecutor workers (each
