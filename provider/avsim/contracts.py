@@ -3,9 +3,10 @@
 ===================  ==========================================  =====================================
 contract             written by                                  read by
 ===================  ==========================================  =====================================
-:class:`RunDescriptor`  the weekly run's ``prepare`` (XCom ``run``)  shard runs (conf), phase operators,
-                                                                 the canary gate, the deadline tracker,
-                                                                 the week's end, the pages
+:class:`RunDescriptor`  the weekly run's ``prepare`` (XCom ``run``)  shard runs (conf), phase operators
+                                                                 (a shard's phases render it from the
+                                                                 shard run's conf), the canary gate, the
+                                                                 deadline tracker, the week's end, the pages
 :class:`ShardConf`   the parent's ``canary`` / ``shards`` tasks      the shard run's ``load_shard`` and
                      (the shard run's conf)                      ``summarize``
 :class:`PhaseResult`  every phase task: its return value when    downstream phases (their inputs), the
@@ -65,6 +66,24 @@ class RunDescriptor(_Contract):
     @property
     def layout(self) -> RunLayout:
         return RunLayout(self.artifact_root, self.run_key)
+
+
+#: A shard DAG's phases take the run descriptor from their shard run's conf (``load_shard`` checks it
+#: before any phase starts), rendered as JSON in the task process: no XCom read per phase.
+RUN_FROM_SHARD_CONF = "{{ (dag_run.conf or {}).get('run') | tojson }}"
+
+
+def run_document(value: Any) -> dict[str, Any] | None:
+    """A phase operator's ``run`` as a mapping: given as one, or rendered as JSON (:data:`RUN_FROM_SHARD_CONF`).
+    None when it is neither (not rendered yet, or the conf has no run)."""
+    if isinstance(value, str) and value.startswith("{"):
+        import json
+
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return dict(value) if isinstance(value, dict) else None
 
 
 class ShardConf(_Contract):

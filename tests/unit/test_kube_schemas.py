@@ -53,6 +53,8 @@ POD_OVERRIDES: dict[str, Any] = {
     "ephemeral_storage": "200Gi",
     "shm_size": "64Gi",
 }
+#: Where the runs of these pods keep their artifacts.
+ARTIFACTS = "s3://avsim_s3@avsim-artifacts/avsim"
 #: GPUs of the phase each node class runs: GPU phases on spot, their on-demand twin, CPU phases.
 PLACEMENTS = {NODE_SPOT: 1, NODE_ON_DEMAND: 1, NODE_CPU: 0}
 RUNS = {
@@ -83,7 +85,7 @@ def attempt_for(node_class: str, run: str, *, checkpoint: bool, overrides: bool)
     run_class, run_id = RUNS[run]
     case = m.cases[0]
     attempt = PhaseAttempt(
-        layout=RunLayout("s3://avsim_s3@avsim-artifacts/avsim", f"avsim_{run_class}__{run_id}"),
+        layout=RunLayout(ARTIFACTS, f"avsim_{run_class}__{run_id}"),
         case={"case_id": case.id, "seed": case.seed, "parameters": case.parameters},
         phase=phase,
         attempt=2,
@@ -168,7 +170,7 @@ def test_the_pod_the_operator_sends_is_valid_too(node_class: str) -> None:
         task_id=f"standard.{attempt.phase}",
         phase=attempt.phase,
         case={},
-        run={"run_class": run_class},
+        run={"run_key": attempt.layout.run_key, "artifact_root": ARTIFACTS, "run_class": run_class},
         gpus=PLACEMENTS[node_class],
         kube=KUBE,
     )

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -161,13 +162,117 @@ def test_a_celery_worker_warms_up_through_avsims_celery_configuration(
     code = (
         "import sys; sys.argv = ['airflow', 'celery', 'worker']; "
         "import avsim.celery_config as c; "
-        "print('RESULT', 'avsim.operators.phase' in sys.modules, 'avsim.operators.kubernetes' in sys.modules)"
+        "print('RESULT', 'avsim.operators.phase' in sys.modules, 'avsim.operators.kubernetes' in sys.modules, "
+        "'airflow.providers.amazon.aws.fs.s3' in sys.modules)"
     )
     env = {**os.environ, "AIRFLOW__AVSIM__BACKEND": "kubernetes"}
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     ).stdout
-    assert [line.split()[1:] for line in out.splitlines() if line.startswith("RESULT ")] == [["True", "True"]]
+    # ... and the object-storage filesystems its phase tasks read s3:// through are registered.
+    assert [line.split()[1:] for line in out.splitlines() if line.startswith("RESULT ")] == [
+        ["True", "True", "True"]
+    ]
     import avsim.celery_config
 
     assert avsim.celery_config.CELERY_CONFIG == DEFAULT_CELERY_CONFIG
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("through_setpriv", [True, False])
+def test_a_phase_process_dies_with_the_process_that_started_it(
+    through_setpriv: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A phase process is killed with its task process, through ``setpriv --pdeathsig`` (so Python can
+    ``vfork``) or, without setpriv, a ``preexec_fn``; a command that does not exist still fails to start."""
+    from avsim.operators import phase
+
+    sleep = phase.resolve_command(["sleep", "60"])
+    _, preexec = phase.die_with_parent(sleep)
+    if through_setpriv and preexec is not None:
+        pytest.skip("setpriv is not installed")
+    env = dict(os.environ)
+    if not through_setpriv:
+        env["PATH"] = str(tmp_path)  # no setpriv on PATH: the preexec_fn way
+    # A stand-in for the task process: it starts the phase as LocalPhaseOperator does and waits.
+    starter = (
+        "import subprocess, sys; from avsim.operators import phase; "
+        f"argv, pre = phase.die_with_parent({sleep!r}); "
+        "p = subprocess.Popen(argv, start_new_session=True, preexec_fn=pre); "
+        "print(p.pid, pre is None, flush=True); p.wait()"
+    )
+    task = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True, env=env)
+    assert task.stdout is not None
+    pid_text, vforked = task.stdout.readline().split()
+    assert vforked == str(through_setpriv)
+    pid = int(pid_text)
+    os.kill(task.pid, 9)
+    task.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
+            break  # dead, waiting for init to reap it
+        time.sleep(0.05)
+    stat = Path(f"/proc/{pid}/stat")
+    assert not stat.exists() or stat.read_text().split(") ")[1].startswith("Z"), "the phase outlived its task"
+
+    missing, pre = phase.die_with_parent(["no-such-simulator-binary", "--x"])
+    assert missing == ["no-such-simulator-binary", "--x"] and pre is not None
+    with pytest.raises(OSError):
+        subprocess.Popen(missing, preexec_fn=pre)
+
+
+def test_shard_phases_render_their_run_from_the_shard_conf_without_an_xcom_read() -> None:
+    """A shard DAG's phases take the run descriptor from the shard run's conf (which load_shard checked
+    first), rendered in the task process as Airflow renders any template: no execution-API call."""
+    from types import SimpleNamespace
+
+    from airflow.sdk import DAG
+
+    from avsim.contracts import RUN_FROM_SHARD_CONF, RunDescriptor
+    from avsim.dagbuild.factory import load_weekly_dags
+    from avsim.errors import AvsimError
+    from avsim.operators.phase import LocalPhaseOperator
+    from avsim.phases.policy import Role
+    from avsim.ui.links import AvsimCaseLink
+
+    root = Path(__file__).resolve().parents[2]
+    shard = load_weekly_dags(catalog=root / "dags" / "avsim_graphs.yaml", dag_id="cost_probe", part="shard")
+    dag = next(iter(shard.values()))
+    phases = [t for t in dag.tasks if isinstance(t, LocalPhaseOperator) and t.role is not Role.ON_DEMAND]
+    assert len(phases) > 5 and all(t.run == RUN_FROM_SHARD_CONF for t in phases)
+    assert all("load_shard" not in t.upstream_task_ids for t in phases)
+
+    run = {"run_key": "avsim_weekly__w49", "artifact_root": "file:///tmp/avsim <&> 'x'", "build_id": "b7"}
+    with DAG(dag_id="render_probe", schedule=None):
+        op = LocalPhaseOperator(
+            task_id="simulate", phase="simulate", case={"case_id": "c1"}, run=RUN_FROM_SHARD_CONF
+        )
+    op.render_template_fields({"dag_run": SimpleNamespace(conf={"run": run, "shard": 1})})
+    assert op.descriptor == RunDescriptor.model_validate(run)
+    assert AvsimCaseLink().get_link(op, ti_key=None) == "/avsim/runs/avsim_weekly__w49/cases/c1"
+
+    with DAG(dag_id="render_probe_bad", schedule=None):
+        bad = LocalPhaseOperator(
+            task_id="simulate", phase="simulate", case={"case_id": "c1"}, run=RUN_FROM_SHARD_CONF
+        )
+    bad.render_template_fields({"dag_run": SimpleNamespace(conf=None)})
+    with pytest.raises(AvsimError, match=r"no run descriptor.*started by the weekly run"):
+        _ = bad.descriptor
+
+
+def test_a_local_location_is_checked_without_registering_object_storage() -> None:
+    """load_shard, cases_* and summarize check the run's artifact root: a file:// one needs no
+    filesystem registry (it imported s3fs into each of them); any other scheme is still resolved."""
+    code = (
+        "import sys; from avsim.manifest.source import check_location; "
+        "check_location('file:///tmp/avsim-artifacts', 'conf.run.artifact_root'); "
+        "print('RESULT', 'airflow.providers.amazon.aws.fs.s3' in sys.modules); "
+        "check_location('s3://aws_default@bucket/avsim', 'conf.run.artifact_root'); "
+        "print('RESULT', 'airflow.providers.amazon.aws.fs.s3' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert [line.split()[1:] for line in out.splitlines() if line.startswith("RESULT ")] == [
+        ["False"],
+        ["True"],
+    ]

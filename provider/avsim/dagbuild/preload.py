@@ -10,7 +10,9 @@ its deferral). The scheduler importing them once before it forks its workers rem
 every phase (``bench/phase_overhead.py`` measures it).
 
 The graph catalog is checked there too (:func:`check_catalog`): a phase task's parse reads the
-catalog file again, and reuses the checked catalog when the text is the same.
+catalog file again, and reuses the checked catalog when the text is the same. Where phase tasks are
+forked, the providers' object-storage filesystems are registered as well (:func:`warm_filesystems`):
+a task reading ``s3://`` would otherwise import s3fs and its AWS clients itself.
 
 The avsim plugin registers this module as a listener: Airflow calls :func:`on_starting` when a job
 starts (before the scheduler starts its executors). Only a scheduler whose executor forks its task
@@ -96,8 +98,23 @@ def check_catalog(path: str) -> bool:
     return True
 
 
+def warm_filesystems() -> bool:
+    """Register the object-storage filesystems of the installed providers (``s3://`` imports s3fs and
+    its AWS clients: about 0.1 CPU-second), as a task's first ``ObjectStoragePath`` would; the tasks
+    forked from this process then find them registered. Never raises."""
+    try:
+        from airflow.sdk import ObjectStoragePath
+
+        ObjectStoragePath("file:///").fs  # noqa: B018  (resolving a filesystem registers them all)
+    except Exception as exc:  # a warm-up only
+        log.info("avsim preload: object-storage filesystems not registered ahead: %s", exc)
+        return False
+    return True
+
+
 def warm(command: str) -> list[str]:
-    """Import what the processes ``command``'s component forks would import, and check the catalog."""
+    """Import what the processes ``command``'s component forks would import, and check the catalog;
+    where phase tasks are forked, register the artifact store's filesystems too."""
     from avsim.settings import airflow_config, load_settings
 
     backend = airflow_config("avsim", "backend", "local")
@@ -106,6 +123,8 @@ def warm(command: str) -> list[str]:
         check_catalog(
             load_settings().resolved_graph_catalog(airflow_config("core", "dags_folder", "") or None)
         )
+    if set(PHASE_TASK_MODULES) <= set(done):
+        warm_filesystems()
     return done
 
 

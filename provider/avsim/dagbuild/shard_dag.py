@@ -1,7 +1,8 @@
 """Plan -> the shard DAG: one mapped task group per graph family, one task per phase.
 
 ``<prefix>_shard`` is triggered only by the parent weekly run (at most ``max_active_shards``
-runs at once): ``load_shard`` checks the conf and returns the run descriptor; ``cases_<family>``
+runs at once): ``load_shard`` checks the conf, whose run descriptor the phases render
+(:data:`avsim.contracts.RUN_FROM_SHARD_CONF`); ``cases_<family>``
 hands each family group its cases; one mapped task group per family runs one task per phase
 per case; ``summarize`` writes the shard's summary to the ledger, whatever happened.
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from airflow.sdk import DAG, BaseOperator, get_current_context, task, task_group
 
+from avsim.contracts import RUN_FROM_SHARD_CONF
 from avsim.dagbuild import tasks
 from avsim.errors import ManifestError
 from avsim.operators.phase import LocalPhaseOperator
@@ -151,7 +153,7 @@ def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> D
 
         @task(task_id="load_shard", retries=2, priority_weight=plan.base_priority * 2)
         def load_shard() -> dict[str, Any]:
-            """Check the shard run's conf; its return value is the run descriptor phases read."""
+            """Check the shard run's conf before any phase reads its run descriptor; returns the descriptor."""
             return _shard_input(plan)["run"]
 
         @task(task_id="summarize", trigger_rule="all_done", retries=2, priority_weight=plan.base_priority * 2)
@@ -168,8 +170,9 @@ def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> D
 
             cases = family_cases()
             run >> cases
-            groups = _family_group(family, run, operator, plan.run_class, settings.reuse_outputs).expand(
-                case=cases
-            )
+            # The phases render the run descriptor from the shard run's conf that load_shard checked.
+            groups = _family_group(
+                family, RUN_FROM_SHARD_CONF, operator, plan.run_class, settings.reuse_outputs
+            ).expand(case=cases)
             groups >> done
     return dag

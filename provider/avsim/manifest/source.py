@@ -59,7 +59,7 @@ def check_location(uri: str, where: str) -> None:
             [Problem(where, f"{found[0].kind} ({found[0].masked}): {USE_A_CONNECTION}")],
             source="DAG run conf",
         )
-    if _SCHEME.match(uri):
+    if _SCHEME.match(uri) and not uri.startswith("file://"):  # a local file is always served
         from airflow.sdk import ObjectStoragePath
 
         try:

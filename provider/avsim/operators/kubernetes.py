@@ -174,7 +174,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         pod = pod_spec.phase_pod(
             attempt,
             namespace=str(self.namespace or self.kube.namespace),
-            priority=pod_spec.priority_key(str(self.run.get("run_class", "weekly")), run_id),
+            priority=pod_spec.priority_key(self.descriptor.run_class, run_id),
             kube=self.kube,
             service_account=self.service_account_name,
             grace_seconds=self.termination_grace_period,

@@ -28,7 +28,7 @@ from typing import Any
 
 from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
 from avsim.attempt import PhaseAttempt, PhaseRuntime, phase_spec_for
-from avsim.contracts import OUTCOME_XCOM_KEY, PhaseResult, RunDescriptor
+from avsim.contracts import OUTCOME_XCOM_KEY, PhaseResult, RunDescriptor, run_document
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
 from avsim.phases import policy
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, AttemptResult, Outcome
@@ -94,7 +94,15 @@ class PhaseLifecycle:
     @cached_property
     def descriptor(self) -> RunDescriptor:
         """The run this phase belongs to (``run``, as ``prepare`` described it)."""
-        return RunDescriptor.model_validate(self.run)
+        doc = run_document(self.run)
+        if doc is None:
+            from avsim.errors import AvsimError
+
+            raise AvsimError(
+                f"{self.task_id}: no run descriptor (run={str(self.run)[:120]!r}); a shard run's conf carries "
+                "it, and shard runs are started by the weekly run"
+            )
+        return RunDescriptor.model_validate(doc)
 
     @cached_property
     def layout(self) -> RunLayout:
@@ -354,13 +362,16 @@ class PhaseLifecycle:
             committed = self._commit(rec, result, attempt)
             if result.outcome is Outcome.SCENARIO_FAILED:
                 self.log.warning(
-                    "%s: the driving software failed the scenario (recorded as a result)", self._where(attempt.attempt)
+                    "%s: the driving software failed the scenario (recorded as a result)",
+                    self._where(attempt.attempt),
                 )
             return committed
         if decision.action is Action.HAND_OVER:
             from avsim.operators.exceptions import PhaseFallbackToOnDemand
 
-            context["ti"].xcom_push(key=HANDOVER_XCOM, value={"case": dict(self.case), "run": dict(self.run)})
+            context["ti"].xcom_push(
+                key=HANDOVER_XCOM, value={"case": dict(self.case), "run": self.descriptor.to_json()}
+            )
             raise PhaseFallbackToOnDemand(
                 f"{self._where(attempt.attempt)} was {decision.describe()} ({self.task_id}{ON_DEMAND_SUFFIX})"
             )
@@ -408,7 +419,9 @@ class PhaseLifecycle:
             self.cache.store(final.cache_key, final)
         return self._xcom(final)
 
-    def _commit_failure_and_raise(self, rec: AttemptRecord, result: AttemptResult, decision: Decision) -> None:
+    def _commit_failure_and_raise(
+        self, rec: AttemptRecord, result: AttemptResult, decision: Decision
+    ) -> None:
         from avsim.operators.exceptions import FAILURE_EXCEPTIONS
 
         self.ledger.commit(self._outcome_record(rec, result, output=False))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import os
 import shutil
 import signal
@@ -22,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,7 @@ class LocalPhaseOperator(AvsimPhaseOperator):
         # it (and through it this phase) running unwatched; being re-parented means the worker died.
         supervisor = os.getppid()
         try:
-            argv = resolve_command(attempt.argv)
+            argv, preexec = die_with_parent(resolve_command(attempt.argv))
             self._proc = proc = subprocess.Popen(
                 argv,
                 env=env,
@@ -155,7 +156,7 @@ class LocalPhaseOperator(AvsimPhaseOperator):
                 stderr=subprocess.STDOUT,
                 text=True,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=preexec,
             )
         except OSError as exc:
             return AttemptResult(
@@ -229,18 +230,38 @@ class LocalPhaseOperator(AvsimPhaseOperator):
             self._kill(self._proc)
 
 
-def _die_with_parent() -> None:
-    """In the phase process, before exec: be killed when the worker process that started it dies.
+def die_with_parent(argv: list[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """The phase's command line, and what its process runs before it execs, so that it is killed when
+    the worker process that started it dies.
 
     The phase runs in its own session (so a timeout or lease expiry can kill its whole group), which
     also cuts it off from the worker's signals; without this a worker killed with -9 would leave its
-    phase running, an attempt nobody watches, burning the GPU that the retry needs (Linux only).
+    phase running, an attempt nobody watches, burning the GPU that the retry needs. On Linux the
+    process asks for ``PR_SET_PDEATHSIG`` (SIGKILL): through util-linux's ``setpriv --pdeathsig``,
+    which execs the phase in its place, when it is installed (it is on every Debian-based image), else
+    in a ``preexec_fn``. The first lets Python start the process with ``vfork``; a ``preexec_fn``
+    makes it ``fork`` the whole task process, about 4 ms of CPU more per phase. Elsewhere: nothing.
     """
-    if sys.platform.startswith("linux"):
-        import ctypes
+    if not sys.platform.startswith("linux"):
+        return argv, None
+    setpriv = _setpriv()
+    if setpriv and os.path.isabs(argv[0]) and os.access(argv[0], os.X_OK):
+        # Only for a command that exists: a missing one must fail to start (OSError), not exit 127.
+        return [setpriv, "--pdeathsig", "KILL", "--", *argv], None
+    return argv, _pdeathsig_kill
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+@functools.cache
+def _setpriv() -> str | None:
+    return shutil.which("setpriv")
+
+
+def _pdeathsig_kill() -> None:
+    """In the phase process, before exec: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _heartbeat_age(path: Path, started: float) -> float:

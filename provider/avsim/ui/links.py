@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from airflow.sdk import BaseOperatorLink
 
+from avsim.contracts import run_document
 from avsim.ui import urls
 
 
@@ -30,10 +31,10 @@ def _base_path() -> str:
 
 
 def _identity(operator: Any) -> tuple[str, str, str] | None:
-    run = getattr(operator, "run", None)
+    run = run_document(getattr(operator, "run", None))
     case = getattr(operator, "case", None)
     phase = getattr(operator, "phase", None)
-    if not (isinstance(run, Mapping) and isinstance(case, Mapping) and phase):
+    if not (run is not None and isinstance(case, Mapping) and phase):
         return None
     key, case_id = run.get("run_key"), case.get("case_id")
     if not key or case_id is None:
