@@ -25,11 +25,15 @@ from avsim.phases.contract import AttemptResult, Outcome
 from avsim.phases.policy import Role
 
 
-def operator(lease_seconds: float) -> tuple[KubernetesPhaseOperator, PhaseAttempt]:
+def phase_spec(lease_seconds: float) -> tuple[Any, dict[str, Any]]:
     doc = sample_manifest(2, iso_week="2026-W49")
     doc["graphs"]["standard"]["phases"]["prepare"]["lease_seconds"] = lease_seconds
     m = validate_manifest(doc)
-    spec = m.graphs["standard"].phases["prepare"].model_dump(mode="json", by_alias=True)
+    return m, m.graphs["standard"].phases["prepare"].model_dump(mode="json", by_alias=True)
+
+
+def operator(lease_seconds: float) -> tuple[KubernetesPhaseOperator, PhaseAttempt]:
+    m, spec = phase_spec(lease_seconds)
     run = {"run_key": "avsim_weekly__x", "artifact_root": "file:///tmp/avsim-x", "image": m.run.build.image}
     case = {"case_id": m.cases[0].id, "seed": m.cases[0].seed}
     op = KubernetesPhaseOperator(
@@ -64,6 +68,53 @@ def test_the_deferral_has_a_timeout_whatever_the_lease(lease_seconds: float) -> 
     assert trigger.deadline_seconds == bound
     assert trigger.lease_seconds == lease_seconds
     assert deferred.value.timeout == dt.timedelta(seconds=bound + DEFERRAL_MARGIN_SECONDS)
+    assert deferred.value.kwargs == {"inputs": attempt.inputs, "cache_key": attempt.cache_key}
+
+
+def test_a_resumed_phase_rebuilds_its_attempt_without_reading_upstream_xcoms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The deferral carries the attempt's inputs and cache key: the resumed task (a new task process)
+    rebuilds the attempt from them, so it makes no execution-API call for its upstream results; a
+    deferral made without them (before this version) reads them again."""
+    op, _ = operator(0)
+    op.upstream_phases = {"prepare": ["standard.prepare"]}
+    # The phase's spec from the run's snapshot (which the ledger would read).
+    monkeypatch.setattr(op, "runtime_spec", lambda: phase_spec(0)[1])
+    monkeypatch.setattr(
+        op,
+        "_conclude",
+        lambda context, a, result, ns, name, started: {"attempt": a, "outcome": result.outcome.value},
+    )
+    monkeypatch.setattr(op, "_result", lambda context, result: result)
+    pulled: list[str] = []
+    upstream = {
+        "case_id": "c",
+        "phase": "prepare",
+        "outcome": "passed",
+        "attempt": 1,
+        "output_uri": "file:///o/1",
+        "cache_key": "k0",
+    }
+    ti = SimpleNamespace(
+        map_index=0, xcom_pull=lambda task_ids, map_indexes: pulled.append(task_ids) or upstream
+    )
+    event = {
+        "status": "ended",
+        "attempt": 2,
+        "outcome": "passed",
+        "exit_code": 0,
+        "pod": "p",
+        "namespace": "avsim",
+    }
+    inputs = {"prepare": "file:///o/1"}
+    done = op.resume_execution(
+        "phase_complete", {"event": event, "inputs": inputs, "cache_key": "k1"}, {"ti": ti}
+    )
+    assert pulled == [] and (done["attempt"].inputs, done["attempt"].cache_key) == (inputs, "k1")
+    assert done["attempt"].attempt == 2
+    again = op.resume_execution("phase_complete", {"event": event}, {"ti": ti})
+    assert pulled == ["standard.prepare"] and again["attempt"].inputs == inputs
 
 
 def test_a_timed_out_deferral_is_recorded_as_an_infrastructure_failure(
@@ -126,7 +177,7 @@ def test_an_on_demand_twin_resumes_with_the_case_its_spot_task_handed_over(
     context: Any = {"ti": SimpleNamespace(map_index=4, xcom_pull=xcom_pull)}
     seen: list[tuple[Any, Any]] = []
 
-    def attempt_for(context: Any, number: int = 0) -> tuple[PhaseAttempt, str]:
+    def attempt_for(context: Any, number: int = 0, resolved: Any = None) -> tuple[PhaseAttempt, str]:
         seen.append((twin.case, twin.run))
         return attempt.with_attempt(number), ""
 

@@ -267,6 +267,8 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                 deadline_seconds=self.attempt_deadline_seconds(self._attempt),
             ),
             method_name="phase_complete",
+            # The resumed task rebuilds its attempt from these instead of reading its upstream XComs again.
+            kwargs={"inputs": dict(self._attempt.inputs), "cache_key": self._attempt.cache_key},
             timeout=dt.timedelta(seconds=self.deferral_timeout_seconds(self._attempt)),
         )
 
@@ -327,9 +329,17 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         )
         return self._result(context, self._conclude(context, attempt, result, namespace, name, started))
 
-    def phase_complete(self, context: Any, event: dict[str, Any]) -> Any:
-        """Where a deferred phase resumes: the attempt ended (or the trigger could not tell)."""
-        attempt, _ = self.attempt_for(context, int(event["attempt"]))
+    def phase_complete(
+        self,
+        context: Any,
+        event: dict[str, Any],
+        inputs: dict[str, str] | None = None,
+        cache_key: str | None = None,
+    ) -> Any:
+        """Where a deferred phase resumes: the attempt ended (or the trigger could not tell). ``inputs``
+        and ``cache_key`` are the attempt's, as it deferred (absent from a deferral before they were)."""
+        resolved = (inputs, cache_key or "") if inputs is not None else None
+        attempt, _ = self.attempt_for(context, int(event["attempt"]), resolved)
         started = (
             dt.datetime.fromisoformat(event["started_at"])
             if event.get("started_at")

@@ -178,26 +178,32 @@ class PhaseLifecycle:
         return phase_spec_for(self.head, dict(self.case), self.phase)
 
     # -- begin --------------------------------------------------------------------------------------
-    def attempt_for(self, context: Any, number: int = 0) -> tuple[PhaseAttempt, str]:
+    def attempt_for(
+        self, context: Any, number: int = 0, resolved: tuple[Mapping[str, str], str] | None = None
+    ) -> tuple[PhaseAttempt, str]:
         """The phase's attempt ``number`` (0: not claimed yet) and its cache key, from the run's
         snapshot and the upstream phases' committed outputs. A deferred operator that resumes rebuilds
-        its attempt with this."""
+        its attempt with this, from the inputs and cache key it ``resolved`` before it deferred (no
+        upstream XCom read again)."""
         from avsim.ledger.cache import cache_key
 
         case = dict(self.case)
         spec = self.runtime_spec()
-        uris, upstream_keys = self.resolve_inputs(context)
-        key = (
-            ""
-            if self.is_run_level
-            else cache_key(
-                image=self.descriptor.image,
-                phase=self.phase,
-                spec=spec,
-                case=case,
-                upstream_keys=upstream_keys,
+        if resolved is not None:
+            uris, key = dict(resolved[0]), resolved[1]
+        else:
+            uris, upstream_keys = self.resolve_inputs(context)
+            key = (
+                ""
+                if self.is_run_level
+                else cache_key(
+                    image=self.descriptor.image,
+                    phase=self.phase,
+                    spec=spec,
+                    case=case,
+                    upstream_keys=upstream_keys,
+                )
             )
-        )
         attempt = PhaseAttempt(
             layout=self.layout,
             case=case,
