@@ -39,7 +39,7 @@ from tests.support.airflow_run import query, trigger, wait_for_run
 from tests.support.kube_api import FakeKubeAPI
 from tests.support.stacks import fast_retries, kubernetes_stack, weekly_stack
 
-from avsim.artifacts import RunLayout, run_key_for
+from avsim.artifacts import RUN_LEVEL_CASE, RunLayout, run_key_for
 from avsim.devstack.stack import LocalStack
 from avsim.kube import pods
 from avsim.ledger.records import AttemptRecord
@@ -232,26 +232,26 @@ def _week(
 
 
 def _every_phase_passed(ledger: Ledger, doc: dict[str, Any]) -> dict[tuple[str, str], list[AttemptRecord]]:
-    """No lost phase: every phase of every case committed ``passed`` by its last claimed attempt,
-    every attempt ended, the only failures the lost ones. Returns the attempts."""
+    """No lost phase: every phase of every case, and every run-level phase, committed ``passed`` by its
+    last claimed attempt, every attempt ended, the only failures the lost ones. Returns the attempts."""
     out = {}
-    for case in doc["cases"]:
-        for phase in doc["graphs"][case["graph"]]["phases"]:
-            key = (case["id"], phase)
-            attempts = ledger.attempts(*key)
-            committed = ledger.outcome(*key)
-            assert committed is not None and committed.outcome.value == "passed", (
-                f"lost phase {key}: committed {committed}; attempts {attempts}"
-            )
-            numbers = [a.attempt for a in attempts]
-            assert numbers == list(range(1, len(numbers) + 1)), (key, numbers)
-            assert committed.attempt == numbers[-1] == ledger.current_attempt(*key), (key, committed, numbers)
-            for a in attempts:
-                assert a.ended, (key, a)
-                assert a.outcome is not None
-                lost = a.outcome.value == "infra_failed" and a.detail in ("abandoned", "worker_lost")
-                assert a.outcome.value == "passed" or lost, (key, a)
-            out[key] = attempts
+    keys = [(case["id"], phase) for case in doc["cases"] for phase in doc["graphs"][case["graph"]]["phases"]]
+    keys += [(RUN_LEVEL_CASE, phase) for phase in doc.get("run_phases", {})]
+    for key in keys:
+        attempts = ledger.attempts(*key)
+        committed = ledger.outcome(*key)
+        assert committed is not None and committed.outcome.value == "passed", (
+            f"lost phase {key}: committed {committed}; attempts {attempts}"
+        )
+        numbers = [a.attempt for a in attempts]
+        assert numbers == list(range(1, len(numbers) + 1)), (key, numbers)
+        assert committed.attempt == numbers[-1] == ledger.current_attempt(*key), (key, committed, numbers)
+        for a in attempts:
+            assert a.ended, (key, a)
+            assert a.outcome is not None
+            lost = a.outcome.value == "infra_failed" and a.detail in ("abandoned", "worker_lost")
+            assert a.outcome.value == "passed" or lost, (key, a)
+        out[key] = attempts
     return out
 
 
