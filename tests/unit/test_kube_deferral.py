@@ -24,6 +24,16 @@ from avsim.operators.kubernetes import DEFERRAL_MARGIN_SECONDS, KubernetesPhaseO
 from avsim.phases.contract import AttemptResult, Outcome
 from avsim.phases.policy import Role
 
+#: The trigger's event for attempt 2 of a phase whose pod passed.
+PASSED_EVENT = {
+    "status": "ended",
+    "attempt": 2,
+    "outcome": "passed",
+    "exit_code": 0,
+    "pod": "p",
+    "namespace": "avsim",
+}
+
 
 def phase_spec(lease_seconds: float) -> tuple[Any, dict[str, Any]]:
     doc = sample_manifest(2, iso_week="2026-W49")
@@ -99,14 +109,7 @@ def test_a_resumed_phase_rebuilds_its_attempt_without_reading_upstream_xcoms(
     ti = SimpleNamespace(
         map_index=0, xcom_pull=lambda task_ids, map_indexes: pulled.append(task_ids) or upstream
     )
-    event = {
-        "status": "ended",
-        "attempt": 2,
-        "outcome": "passed",
-        "exit_code": 0,
-        "pod": "p",
-        "namespace": "avsim",
-    }
+    event = dict(PASSED_EVENT)
     inputs = {"prepare": "file:///o/1"}
     done = op.resume_execution(
         "phase_complete", {"event": event, "inputs": inputs, "cache_key": "k1"}, {"ti": ti}
@@ -186,14 +189,7 @@ def test_an_on_demand_twin_resumes_with_the_case_its_spot_task_handed_over(
         twin, "_conclude", lambda context, a, result, ns, name, started: {"outcome": result.outcome.value}
     )
     monkeypatch.setattr(twin, "_result", lambda context, result: result)
-    event = {
-        "status": "ended",
-        "attempt": 2,
-        "outcome": "passed",
-        "exit_code": 0,
-        "pod": "p",
-        "namespace": "avsim",
-    }
+    event = dict(PASSED_EVENT)
     assert twin.resume_execution("phase_complete", {"event": event}, context) == {"outcome": "passed"}
     assert pulls == [("standard.simulate", HANDOVER_XCOM, 4)]
     assert seen == [(spot.case, spot.run)]
