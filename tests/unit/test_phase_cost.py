@@ -276,3 +276,45 @@ def test_a_local_location_is_checked_without_registering_object_storage() -> Non
         ["False"],
         ["True"],
     ]
+
+
+def test_the_kubernetes_shard_dag_reads_the_settings_once_per_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each task process parses the shard DAG file: its Kubernetes phases take the cluster settings the
+    DAG was built with, instead of reading ``[avsim]`` again for each of the file's phase tasks."""
+    from avsim import settings as avsim_settings
+    from avsim.dagbuild import factory
+    from avsim.dagbuild.factory import load_weekly_dags
+    from avsim.operators.kubernetes import KubernetesPhaseOperator
+
+    monkeypatch.setenv("AIRFLOW__AVSIM__BACKEND", "kubernetes")
+    monkeypatch.setenv("AIRFLOW__AVSIM__KUBERNETES_NAMESPACE", "sims-probe")
+    read = avsim_settings.load_settings
+    calls: list[int] = []
+    counted = lambda: calls.append(1) or read()  # noqa: E731
+    monkeypatch.setattr(avsim_settings, "load_settings", counted)
+    monkeypatch.setattr(factory, "load_settings", counted)
+    root = Path(__file__).resolve().parents[2]
+    shard = load_weekly_dags(catalog=root / "dags" / "avsim_graphs.yaml", dag_id="kube_probe", part="shard")
+    phases = [t for t in next(iter(shard.values())).tasks if isinstance(t, KubernetesPhaseOperator)]
+    assert len(phases) > 5 and {t.namespace for t in phases} == {"sims-probe"}
+    assert calls == [1]
+
+
+def test_a_kubernetes_phase_renders_and_stores_only_what_its_pod_is_built_from() -> None:
+    """Airflow renders, serializes and stores every template field in each task process (the phase's
+    start and its resume): the stock operator's 22 (image, cmds, volumes, ...) never reach avsim's pod."""
+    from airflow.sdk.execution_time.task_runner import _serialize_rendered_fields
+
+    from avsim.operators.kubernetes import KubernetesPhaseOperator
+    from avsim.settings import KubernetesSettings
+
+    op = KubernetesPhaseOperator(
+        task_id="simulate",
+        phase="simulate",
+        case={"case_id": "c1"},
+        run={"run_key": "r"},
+        kube=KubernetesSettings(namespace="sims"),
+    )
+    stored = _serialize_rendered_fields(op)
+    assert set(stored) == {"namespace", "kubernetes_conn_id", "case", "run", "inputs"}
+    assert (stored["namespace"], stored["case"]) == ("sims", {"case_id": "c1"})

@@ -75,8 +75,20 @@ def phase_task_kwargs(phase: PhasePlan, role: Role, run_class: str) -> dict[str,
     }
 
 
+def backend_kwargs(settings: AvsimSettings) -> dict[str, Any]:
+    """What the configured backend's operator takes besides the phase arguments: the Kubernetes
+    operator gets the cluster settings already read, instead of reading ``[avsim]`` again for each of
+    the DAG's phase tasks (at every parse, in every task process)."""
+    return {"kube": settings.kubernetes} if settings.backend == "kubernetes" else {}
+
+
 def _family_group(
-    family: FamilyPlan, run: Any, operator: type[BaseOperator], run_class: str, reuse_outputs: bool
+    family: FamilyPlan,
+    run: Any,
+    operator: type[BaseOperator],
+    run_class: str,
+    reuse_outputs: bool,
+    backend: dict[str, Any] | None = None,
 ) -> Any:
     @task_group(group_id=family.group_id, tooltip=f"graph {family.name}: one map index per case")
     def group(case: Any) -> None:
@@ -89,6 +101,7 @@ def _family_group(
                 "upstream_phases": ups,
                 "reuse_outputs": reuse_outputs,
                 "map_index_template": "{{ task.case.case_id }}",
+                **(backend or {}),
             }
             # After a GPU phase, wait on both its tasks with none_failed: one of them ends skipped, a
             # failure of either is not done. (A rule that needs "one success", such as
@@ -172,7 +185,12 @@ def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> D
             run >> cases
             # The phases render the run descriptor from the shard run's conf that load_shard checked.
             groups = _family_group(
-                family, RUN_FROM_SHARD_CONF, operator, plan.run_class, settings.reuse_outputs
+                family,
+                RUN_FROM_SHARD_CONF,
+                operator,
+                plan.run_class,
+                settings.reuse_outputs,
+                backend_kwargs(settings),
             ).expand(case=cases)
             groups >> done
     return dag

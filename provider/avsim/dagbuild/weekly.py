@@ -19,7 +19,7 @@ from airflow.sdk import DAG, Param, TaskGroup, XComArg, get_current_context, tas
 from avsim.artifacts import CANARY_RUN_SUFFIX, RUN_LEVEL_CASE
 from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
 from avsim.dagbuild import tasks, week_end
-from avsim.dagbuild.shard_dag import START_DATE, phase_operator_class, retry_kwargs
+from avsim.dagbuild.shard_dag import START_DATE, backend_kwargs, phase_operator_class, retry_kwargs
 from avsim.deadline.alert import deadline_alert
 from avsim.deadline.sensor import deadline_tracker
 from avsim.errors import ManifestError
@@ -173,6 +173,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                 # After every shard, whatever their outcome, as long as the week was prepared.
                 trigger_rule="all_done_min_one_success",
                 **retry_kwargs(rp.retries, rp.retry_delay_seconds, 2.0, 3600),
+                **backend_kwargs(settings),
             )
 
         # After every shard whatever their outcome, as long as the week was prepared (a rejected

@@ -62,7 +62,11 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
     ``KubernetesPodOperator``.
     """
 
-    template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "case", "run", "inputs")
+    #: What a phase's pod is built from. The stock operator's other template fields (image, cmds,
+    #: env_vars, volumes, ...) do not reach the pod (:func:`avsim.kube.pod_spec.phase_pod` builds it
+    #: from the run's snapshot), and Airflow renders, serializes and stores every template field in
+    #: each task process: the phase's start and its resume.
+    template_fields: Sequence[str] = ("namespace", "kubernetes_conn_id", "case", "run", "inputs")
     ui_color = "#d8e4f3"
     #: From a phase task instance to its case page and its artifacts (avsim.ui.links).
     operator_extra_links = PHASE_LINKS
@@ -188,6 +192,20 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         pod_mutation_hook(pod)
         return pod
 
+    def execute_async(self, context: Any) -> None:
+        """The stock deferrable start (create the pod, defer) without its ``pod_name`` and
+        ``pod_namespace`` XComs: two execution-API calls per attempt that nothing reads here (the pod's
+        name is the attempt's runner in the ledger, shown on the case page). With pod callbacks set,
+        the stock start runs unchanged."""
+        if self.callbacks:
+            super().execute_async(context)
+            return
+        if self.pod_request_obj is None:
+            self.pod_request_obj = self.build_pod_request_obj(context)
+        if self.pod is None:
+            self.pod = self.get_or_create_pod(pod_request_obj=self.pod_request_obj, context=context)
+        self.invoke_defer_method(context=context)
+
     def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Any) -> k8s.V1Pod:
         assert self._attempt is not None
         self._remove_earlier_attempts(self._attempt, pod_request_obj.metadata.namespace)
@@ -196,7 +214,10 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         return pod
 
     def _remove_earlier_attempts(self, a: PhaseAttempt, namespace: str) -> None:
-        """Delete every pod (and Lease) of another attempt of this phase: no earlier try is re-adopted."""
+        """Delete every pod (and Lease) of another attempt of this phase: no earlier try is re-adopted.
+        A first attempt has none (the ledger numbers a phase's attempts from 1): nothing to list."""
+        if a.attempt <= 1:
+            return
         selector = pods.phase_selector(a.layout.run_key, a.case_id, a.phase)
         found = self.client.list_namespaced_pod(namespace, label_selector=selector).items
         for old in found:

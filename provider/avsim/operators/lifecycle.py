@@ -355,8 +355,12 @@ class PhaseLifecycle:
         self._observe(rec, attempt)
         if not result.outcome.produced_output:  # a committed result is the task's return value
             self._publish(ti, rec)
+        # A result is committed whatever came before it: only a failure's decision reads the round.
+        history = (
+            [] if result.outcome.produced_output else self._round_history(rec.round_start, excluding=rec.attempt)
+        )
         decision = policy.decide(
-            self._round_history(rec.round_start, excluding=rec.attempt),
+            history,
             result.outcome,
             attempt.runtime.retry,
             self.role,
