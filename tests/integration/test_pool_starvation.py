@@ -259,16 +259,23 @@ def _wait(predicate: Any, timeout: float, what: str, stack: LocalStack) -> Any:
 
 
 def _gpu_idle_with_work(phases: dict[str, list[Any]]) -> list[Any]:
-    """When a loop queued prepares while a simulation was ready and none held the GPU."""
+    """When a loop queued prepares while a simulation was ready and none held the GPU.
+
+    The loop read the pools' occupancy when it started, which was after the loop before it queued
+    anything: a simulation that ended since then (or within LOOP_SLACK) may still have held the GPU
+    for it. On loaded cores a loop takes seconds, so the slack alone is not enough."""
     sims = phases.get("simulate", [])
+    queued_at = sorted({p.queued_dttm for tis in phases.values() for p in tis if p.queued_dttm})
     out = []
     for t in sorted({p.queued_dttm for p in phases.get("prepare", []) if p.queued_dttm}):
+        earlier = [q for q in queued_at if q < t]
+        loop_start = min(earlier[-1], t - LOOP_SLACK) if earlier else t - LOOP_SLACK
         ready = any(
             s.scheduled_dttm and s.scheduled_dttm <= t and (s.queued_dttm is None or s.queued_dttm > t)
             for s in sims
         )
         busy = any(
-            s.queued_dttm and s.queued_dttm <= t and (s.end_date is None or s.end_date > t - LOOP_SLACK)
+            s.queued_dttm and s.queued_dttm <= t and (s.end_date is None or s.end_date > loop_start)
             for s in sims
         )
         if ready and not busy:
