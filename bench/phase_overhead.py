@@ -10,8 +10,12 @@ priorities and trigger rules. Only the phase task differs:
                      marked success by the scheduler without running): the floor;
 (b) ``avsim_local``  avsim's local phases whose command is ``true`` (a no-op simulator, so the
                      simulator's own process costs nothing worth counting);
-(c) ``stock_kpo``    the stock deferrable ``KubernetesPodOperator`` running ``true`` in a pod;
-(d) ``avsim_k8s``    avsim's Kubernetes phases, command ``true``, against the same API.
+(c) ``stock_kpo``    the stock deferrable ``KubernetesPodOperator``, its pod running ``sleep N``
+                     (``--pod-seconds``, 15) against the loopback Kubernetes API;
+(d) ``avsim_k8s``    avsim's Kubernetes phases, command ``sleep N``, against the same API;
+(e) ``deferral``     a task that defers once on a ``TimeDeltaTrigger`` for as long as the pods of (c)
+                     and (d) run, then resumes in a worker and returns: what Airflow itself costs for
+                     any deferrable task of that length, the floor under (c) and (d).
 
 Each variant runs one shard run of ``--cases`` cases (the same cases: the avsim runs are prepared by
 ``avsim.dagbuild.tasks.prepare_week`` from one manifest, whose build image differs per run so no cached
@@ -48,7 +52,8 @@ through avsim's lifecycle (``begin_attempt``, a passed ``end_attempt``) against 
 read), PUT (a write; a compare-and-swap update is a GET and a PUT), LIST, HEAD (exists), and the
 XCom reads and writes the lifecycle makes.
 
-Prints a table, the ratios (b)/(a), (d)/(c), (d)/(a) and the latency ratio (b)/(a), and ends with::
+Prints a table, the ratios (b)/(a), (d)/(c), (d)/(a), the latency ratio (b)/(a), (e)/(a) and (d)/(e)
+(``deferral_floor: deferral_vs_empty=R k8s_vs_deferral=R``), and ends with::
 
     phase_overhead: local_vs_empty=R k8s_vs_stock=R k8s_vs_empty=R latency_vs_empty=R
 
@@ -82,12 +87,13 @@ from phase_overhead_dags import DAG_IDS, dependencies, write_dags  # noqa: E402
 from proc_cpu import delta, tree_cpu  # noqa: E402
 
 NAMESPACE = "bench"
-VARIANTS = ("empty", "avsim_local", "stock_kpo", "avsim_k8s")
+VARIANTS = ("empty", "avsim_local", "stock_kpo", "avsim_k8s", "deferral")
 LABELS = {
     "empty": "(a) EmptyOperator",
     "avsim_local": "(b) avsim local",
     "stock_kpo": "(c) stock deferrable KPO",
     "avsim_k8s": "(d) avsim Kubernetes",
+    "deferral": "(e) deferral floor",
 }
 #: After a run ends: time for the last task processes to exit and be reaped before the CPU is read.
 SETTLE_SECONDS = 4.0
@@ -540,7 +546,7 @@ def main() -> None:
                     out[variant], by_family = prepare(
                         doc, manifests, artifacts, prefix, label, plan.shard_size
                     )
-                out["empty"] = out["stock_kpo"] = {"shard": 0, "cases": by_family}
+                out["empty"] = out["stock_kpo"] = out["deferral"] = {"shard": 0, "cases": by_family}
                 return out
 
             warm = confs(2, "warmup")
@@ -593,11 +599,16 @@ def main() -> None:
     k8s_vs_stock = ratio("avsim_k8s", "stock_kpo")
     k8s_vs_empty = ratio("avsim_k8s", "empty")
     latency = ratio("avsim_local", "empty", 1)
+    deferral_vs_empty = ratio("deferral", "empty")
+    k8s_vs_deferral = ratio("avsim_k8s", "deferral")
     print(f"CPU per phase, avsim local / EmptyOperator:        {local_vs_empty:.3f}  (goal <= 1.5)")
     print(f"CPU per phase, avsim Kubernetes / stock KPO:       {k8s_vs_stock:.3f}  (goal <= 1.0)")
     print(f"CPU per phase, avsim Kubernetes / EmptyOperator:   {k8s_vs_empty:.3f}  (goal <= 3)")
     print(f"phase-to-phase latency, avsim local / EmptyOperator: {latency:.3f}  (goal <= 1.5)")
+    print(f"CPU per phase, deferral floor / EmptyOperator:     {deferral_vs_empty:.3f}  (Airflow's own)")
+    print(f"CPU per phase, avsim Kubernetes / deferral floor:  {k8s_vs_deferral:.3f}")
     print(f"({time.monotonic() - started:.0f}s in all, {dt.datetime.now(dt.UTC):%H:%M} UTC)")
+    print(f"deferral_floor: deferral_vs_empty={deferral_vs_empty:.3f} k8s_vs_deferral={k8s_vs_deferral:.3f}")
     print(
         f"phase_overhead: local_vs_empty={local_vs_empty:.3f} k8s_vs_stock={k8s_vs_stock:.3f} "
         f"k8s_vs_empty={k8s_vs_empty:.3f} latency_vs_empty={latency:.3f}"

@@ -13,6 +13,10 @@ GPU phase with ``none_failed``, a ``load_shard`` task, one ``cases_<family>`` ta
 ``bench_local_shard``   avsim's local phases, built by ``avsim.dagbuild.factory`` as the shipped
                         ``dags/avsim_weekly_shard.py`` is (backend ``local``).
 ``bench_k8s_shard``     the same with backend ``kubernetes``.
+``bench_defer_shard``   a task that defers once on a ``TimeDeltaTrigger`` for as long as the Kubernetes
+                        variants' pods run, then resumes in a worker and returns: what Airflow itself
+                        costs for any deferrable task of that length (two task processes, the
+                        triggerer's wait, the scheduler keeping the waiting phases for that long).
 
 The two stock DAG files read the shape from a JSON file beside them (written from the plan by the
 bench), so parsing them imports Airflow and the operator only, not avsim.
@@ -30,6 +34,7 @@ DAG_IDS = {
     "avsim_local": "bench_local_shard",
     "stock_kpo": "bench_kpo_shard",
     "avsim_k8s": "bench_k8s_shard",
+    "deferral": "bench_defer_shard",
 }
 
 _STOCK = '''"""Bench Airflow DAG ({kind}): phases of the avsim shard's shape (bench/phase_overhead.py)."""
@@ -126,6 +131,25 @@ _KPO_TASK = """    return KubernetesPodOperator(
         **common,
     )"""
 
+_DEFER_TASK = """    return DeferOnce(seconds=SHAPE["pod_seconds"], **common)"""
+
+_DEFER_IMPORTS = '''from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+from airflow.sdk import BaseOperator
+
+
+class DeferOnce(BaseOperator):
+    """Defers for ``seconds``, then resumes in a worker and returns: the floor of a deferrable task."""
+
+    def __init__(self, *, seconds, **kwargs):
+        super().__init__(**kwargs)
+        self.seconds = seconds
+
+    def execute(self, context):
+        self.defer(trigger=TimeDeltaTrigger(dt.timedelta(seconds=self.seconds)), method_name="resume")
+
+    def resume(self, context, event=None):
+        return None'''
+
 _AVSIM = '''"""Bench Airflow DAG: avsim's shard DAG on the {backend} backend, built as dags/avsim_weekly_shard.py builds it."""
 
 import dataclasses
@@ -184,6 +208,7 @@ def write_dags(folder: Path, plan: Any, catalog: Path, namespace: str, pod_secon
             "from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator",
             _KPO_TASK,
         ),
+        "deferral": (_DEFER_IMPORTS, _DEFER_TASK),
     }
     for variant, (imports, make_task) in stock.items():
         dag_id = DAG_IDS[variant]
