@@ -88,7 +88,7 @@ def _family_group(
     operator: type[BaseOperator],
     run_class: str,
     reuse_outputs: bool,
-    backend: dict[str, Any] | None = None,
+    backend: dict[str, Any],
 ) -> Any:
     @task_group(group_id=family.group_id, tooltip=f"graph {family.name}: one map index per case")
     def group(case: Any) -> None:
@@ -101,7 +101,7 @@ def _family_group(
                 "upstream_phases": ups,
                 "reuse_outputs": reuse_outputs,
                 "map_index_template": "{{ task.case.case_id }}",
-                **(backend or {}),
+                **backend,
             }
             # After a GPU phase, wait on both its tasks with none_failed: one of them ends skipped, a
             # failure of either is not done. (A rule that needs "one success", such as
