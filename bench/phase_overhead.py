@@ -15,7 +15,9 @@ priorities and trigger rules. Only the phase task differs:
 (d) ``avsim_k8s``    avsim's Kubernetes phases, command ``sleep N``, against the same API;
 (e) ``deferral``     a task that defers once on a ``TimeDeltaTrigger`` for as long as the pods of (c)
                      and (d) run, then resumes in a worker and returns: what Airflow itself costs for
-                     any deferrable task of that length, the floor under (c) and (d).
+                     any deferrable task of that length, the floor under (c) and (d);
+(f) ``trigger_end``  a task that defers once on a trigger that waits as long and then ends the task
+                     itself (``TaskSuccessEvent``): the floor of a deferrable task that never resumes.
 
 Each variant runs one shard run of ``--cases`` cases (the same cases: the avsim runs are prepared by
 ``avsim.dagbuild.tasks.prepare_week`` from one manifest, whose build image differs per run so no cached
@@ -83,17 +85,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from phase_overhead_dags import DAG_IDS, dependencies, write_dags  # noqa: E402
+from phase_overhead_dags import DAG_IDS, dependencies, write_dags, write_trigger_module  # noqa: E402
 from proc_cpu import delta, tree_cpu  # noqa: E402
 
 NAMESPACE = "bench"
-VARIANTS = ("empty", "avsim_local", "stock_kpo", "avsim_k8s", "deferral")
+VARIANTS = ("empty", "avsim_local", "stock_kpo", "avsim_k8s", "deferral", "trigger_end")
 LABELS = {
     "empty": "(a) EmptyOperator",
     "avsim_local": "(b) avsim local",
     "stock_kpo": "(c) stock deferrable KPO",
     "avsim_k8s": "(d) avsim Kubernetes",
     "deferral": "(e) deferral floor",
+    "trigger_end": "(f) trigger-ended floor",
 }
 #: After a run ends: time for the last task processes to exit and be reaped before the CPU is read.
 SETTLE_SECONDS = 4.0
@@ -199,6 +202,12 @@ def bench_stack(base: Path, args: argparse.Namespace, plan: Any) -> Iterator[tup
                     "AIRFLOW__AVSIM__SHARD_SIZE": str(plan.shard_size),
                     # Parse each DAG file once at start, not every minute: a per-file cost, not a per-phase one.
                     "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",
+                    # (f)'s trigger, importable by the triggerer (it imports a trigger by classpath).
+                    "PYTHONPATH": os.pathsep.join(
+                        p
+                        for p in (str(write_trigger_module(base / "pylib")), os.environ.get("PYTHONPATH"))
+                        if p
+                    ),
                     **dict(kv.split("=", 1) for kv in args.env),
                 },
             )
@@ -546,7 +555,8 @@ def main() -> None:
                     out[variant], by_family = prepare(
                         doc, manifests, artifacts, prefix, label, plan.shard_size
                     )
-                out["empty"] = out["stock_kpo"] = out["deferral"] = {"shard": 0, "cases": by_family}
+                stock = {"shard": 0, "cases": by_family}
+                out["empty"] = out["stock_kpo"] = out["deferral"] = out["trigger_end"] = stock
                 return out
 
             warm = confs(2, "warmup")
@@ -601,14 +611,19 @@ def main() -> None:
     latency = ratio("avsim_local", "empty", 1)
     deferral_vs_empty = ratio("deferral", "empty")
     k8s_vs_deferral = ratio("avsim_k8s", "deferral")
+    trigger_end_vs_empty = ratio("trigger_end", "empty")
     print(f"CPU per phase, avsim local / EmptyOperator:        {local_vs_empty:.3f}  (goal <= 1.5)")
     print(f"CPU per phase, avsim Kubernetes / stock KPO:       {k8s_vs_stock:.3f}  (goal <= 1.0)")
     print(f"CPU per phase, avsim Kubernetes / EmptyOperator:   {k8s_vs_empty:.3f}  (goal <= 3)")
     print(f"phase-to-phase latency, avsim local / EmptyOperator: {latency:.3f}  (goal <= 1.5)")
     print(f"CPU per phase, deferral floor / EmptyOperator:     {deferral_vs_empty:.3f}  (Airflow's own)")
     print(f"CPU per phase, avsim Kubernetes / deferral floor:  {k8s_vs_deferral:.3f}")
+    print(f"CPU per phase, trigger-ended floor / EmptyOperator: {trigger_end_vs_empty:.3f}  (Airflow's own)")
     print(f"({time.monotonic() - started:.0f}s in all, {dt.datetime.now(dt.UTC):%H:%M} UTC)")
-    print(f"deferral_floor: deferral_vs_empty={deferral_vs_empty:.3f} k8s_vs_deferral={k8s_vs_deferral:.3f}")
+    print(
+        f"deferral_floor: deferral_vs_empty={deferral_vs_empty:.3f} k8s_vs_deferral={k8s_vs_deferral:.3f} "
+        f"trigger_end_vs_empty={trigger_end_vs_empty:.3f}"
+    )
     print(
         f"phase_overhead: local_vs_empty={local_vs_empty:.3f} k8s_vs_stock={k8s_vs_stock:.3f} "
         f"k8s_vs_empty={k8s_vs_empty:.3f} latency_vs_empty={latency:.3f}"

@@ -17,6 +17,9 @@ GPU phase with ``none_failed``, a ``load_shard`` task, one ``cases_<family>`` ta
                         variants' pods run, then resumes in a worker and returns: what Airflow itself
                         costs for any deferrable task of that length (two task processes, the
                         triggerer's wait, the scheduler keeping the waiting phases for that long).
+``bench_end_shard``     a task that defers once on a trigger that waits as long and then ends the task
+                        itself (``TaskSuccessEvent``): Airflow's floor for a deferrable task that
+                        never resumes in a worker (one task process, the triggerer's wait).
 
 The two stock DAG files read the shape from a JSON file beside them (written from the plan by the
 bench), so parsing them imports Airflow and the operator only, not avsim.
@@ -35,7 +38,31 @@ DAG_IDS = {
     "stock_kpo": "bench_kpo_shard",
     "avsim_k8s": "bench_k8s_shard",
     "deferral": "bench_defer_shard",
+    "trigger_end": "bench_end_shard",
 }
+
+#: The module (in the directory :func:`write_trigger_module` writes, on the stack's PYTHONPATH) holding
+#: the trigger of ``bench_end_shard``: the triggerer imports a trigger by its classpath.
+END_TRIGGER_MODULE = "avsim_bench_end_trigger"
+_END_TRIGGER_SOURCE = '''"""A trigger that waits, then ends its task instance as a success (bench/phase_overhead.py, (f))."""
+
+import asyncio
+
+from airflow.triggers.base import BaseTrigger, TaskSuccessEvent
+
+
+class EndAfter(BaseTrigger):
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def serialize(self):
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {"seconds": self.seconds})
+
+    async def run(self):
+        await asyncio.sleep(self.seconds)
+        yield TaskSuccessEvent()
+'''
 
 _STOCK = '''"""Bench Airflow DAG ({kind}): phases of the avsim shard's shape (bench/phase_overhead.py)."""
 
@@ -150,6 +177,26 @@ class DeferOnce(BaseOperator):
     def resume(self, context, event=None):
         return None'''
 
+_END_TASK = """    return DeferToEnd(seconds=SHAPE["pod_seconds"], **common)"""
+
+_END_IMPORTS = f'''from airflow.sdk import BaseOperator
+
+
+class DeferToEnd(BaseOperator):
+    """Defers for ``seconds`` on a trigger that ends the task: a deferrable task that never resumes."""
+
+    def __init__(self, *, seconds, **kwargs):
+        super().__init__(**kwargs)
+        self.seconds = seconds
+
+    def execute(self, context):
+        from {END_TRIGGER_MODULE} import EndAfter
+
+        self.defer(trigger=EndAfter(self.seconds), method_name="execute_complete")
+
+    def execute_complete(self, context, event=None):  # never called: the trigger ends the task
+        return None'''
+
 _AVSIM = '''"""Bench Airflow DAG: avsim's shard DAG on the {backend} backend, built as dags/avsim_weekly_shard.py builds it."""
 
 import dataclasses
@@ -209,6 +256,7 @@ def write_dags(folder: Path, plan: Any, catalog: Path, namespace: str, pod_secon
             _KPO_TASK,
         ),
         "deferral": (_DEFER_IMPORTS, _DEFER_TASK),
+        "trigger_end": (_END_IMPORTS, _END_TASK),
     }
     for variant, (imports, make_task) in stock.items():
         dag_id = DAG_IDS[variant]
@@ -224,6 +272,13 @@ def write_dags(folder: Path, plan: Any, catalog: Path, namespace: str, pod_secon
         (folder / f"{dag_id}.py").write_text(
             _AVSIM.format(backend=backend, prefix=dag_id.removesuffix("_shard"))
         )
+
+
+def write_trigger_module(folder: Path) -> Path:
+    """The bench trigger's module, in ``folder`` (put it on the stack's PYTHONPATH)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{END_TRIGGER_MODULE}.py").write_text(_END_TRIGGER_SOURCE)
+    return folder
 
 
 def dependencies(plan: Any) -> dict[str, list[str]]:
