@@ -2,7 +2,8 @@
 
 The pages read Airflow's metadata database (task instances, DAG runs, XComs) with SQL; the metrics
 emit through Airflow's stats module, whose backend lives in a private package; the Kubernetes phase
-operator hands the cncf provider's private kube config to its trigger. None of these is a stable
+operator hands the cncf provider's private kube config to its trigger; a trigger's XComs come back
+encoded once more than a task's (:func:`pulled_xcom`). None of these is a stable
 API, so each is reached through a function here, and :data:`RELIED_ON` lists the tables' columns
 the SQL uses. ``tests/unit/test_airflow_internals.py`` checks every one of them against the
 installed Airflow: an upgrade that moves or renames one fails that test, and this file is the one
@@ -114,6 +115,23 @@ def pod_config_dict(operator: Any) -> Any:
 
 
 _stats_lock = threading.Lock()
+
+
+def pulled_xcom(value: Any) -> Any:
+    """An XCom value as a task pulled it, the same whoever stored it.
+
+    A task's own pushes reach the server serialized and are stored as JSON. The XComs a trigger's
+    ``TaskSuccessEvent`` carries are stored by the server through ``XComModel.set``, which JSON-encodes
+    the value once more (Airflow 3.3.2): pulled, a dict pushed that way is its JSON text. Parse it
+    back; anything else is returned as it came."""
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        import json
+
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _initialized(module: Any) -> bool:

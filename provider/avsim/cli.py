@@ -113,7 +113,9 @@ def manifest_reference(
     except ModuleNotFoundError as exc:
         if exc.name != "avsim_docgen":
             raise
-        _fail(AvsimError("the reference generator is not installed with the package; run this from a checkout"))
+        _fail(
+            AvsimError("the reference generator is not installed with the package; run this from a checkout")
+        )
         return
 
     text = render_reference()
@@ -438,7 +440,9 @@ app.add_typer(service_role_app, name="service-role")
 
 @service_role_app.command("show")
 def service_role_show(
-    dag_id: list[str] = typer.Option(None, "--dag-id", help="A DAG the repair clears (default: avsim's four)."),
+    dag_id: list[str] = typer.Option(
+        None, "--dag-id", help="A DAG the repair clears (default: avsim's four)."
+    ),
 ) -> None:
     """Print the permissions the role gets: the repair's, the deadline tracker's, the pool scaling's."""
     from avsim.service_role import AVSIM_DAG_IDS, service_permissions
@@ -450,7 +454,9 @@ def service_role_show(
 @service_role_app.command("sync")
 def service_role_sync(
     role: str = typer.Option("avsim-service", help="The FAB role to create or update."),
-    dag_id: list[str] = typer.Option(None, "--dag-id", help="A DAG the repair clears (default: avsim's four)."),
+    dag_id: list[str] = typer.Option(
+        None, "--dag-id", help="A DAG the repair clears (default: avsim's four)."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would change; change nothing."),
 ) -> None:
     """Create or update the FAB role so that it holds exactly those permissions (docs/deployment.md)."""

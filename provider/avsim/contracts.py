@@ -12,6 +12,8 @@ contract             written by                                  read by
 :class:`PhaseResult`  every phase task: its return value when    downstream phases (their inputs), the
                      it committed a result, and XCom             progress page (a phase's class)
                      ``avsim_outcome`` for every attempt it ended
+:class:`PassCommit`  a deferring Kubernetes phase (its          its trigger, when the attempt's pod
+                     trigger's ``commit`` argument)             passed (:mod:`avsim.operators.pass_commit`)
 ===================  ==========================================  =====================================
 
 XCom and DAG-run conf carry them as JSON (``to_json``); readers parse them back with
@@ -109,3 +111,26 @@ class PhaseResult(_Contract):
     detail: str = ""
     #: Why the attempt failed, in short (the ledger keeps the full reason).
     reason: str = Field(default="", max_length=300)
+
+
+class PassCommit(_Contract):
+    """What a deferred phase hands its trigger so that the trigger can end an attempt whose pod passed
+    without a worker (:mod:`avsim.operators.pass_commit`): commit the output in the ledger as the
+    resumed phase would, and end the task instance with the phase's result as its return value.
+    Any other end (a failure, a preemption, a commit that could not be made) resumes the phase in a
+    worker as before."""
+
+    run: RunDescriptor
+    case: dict[str, Any]
+    phase: str = Field(min_length=1)
+    task_id: str = Field(min_length=1)
+    role: str
+    gpus: int = Field(ge=0)
+    node_class: str
+    attempt: int = Field(ge=1)
+    output_uri: str = Field(min_length=1)
+    cache_key: str = ""
+    #: The task instance's try that launched the attempt, and the first try of its round.
+    try_number: int = Field(ge=1)
+    round_start: int = Field(ge=1)
+    started_at: str = Field(min_length=1)

@@ -278,7 +278,9 @@ class ManifestSafetySettings:
                 raise ConfigError(f"[avsim] manifest_uri_schemes has {scheme!r}; write schemes like 's3'")
         for prefix in self.uri_prefixes:
             if "://" not in prefix:
-                raise ConfigError(f"[avsim] manifest_uri_prefixes has {prefix!r}; write URIs like s3://bucket/")
+                raise ConfigError(
+                    f"[avsim] manifest_uri_prefixes has {prefix!r}; write URIs like s3://bucket/"
+                )
 
 
 def _csv(value: str) -> tuple[str, ...]:

@@ -84,9 +84,13 @@ class ShardVerdict:
     def line(self) -> str:
         """One line for a log or a failure message."""
         if not self.needs_attention:
-            return f"shard {self.shard}: all {self.cases} cases ended with a result (passed or scenario_failed)"
+            return (
+                f"shard {self.shard}: all {self.cases} cases ended with a result (passed or scenario_failed)"
+            )
         shown = ", ".join(f"{case}/{phase or '?'}" for case, phase in self.examples)
-        more = f" and {self.attention - len(self.examples)} more" if self.attention > len(self.examples) else ""
+        more = (
+            f" and {self.attention - len(self.examples)} more" if self.attention > len(self.examples) else ""
+        )
         return (
             f"shard {self.shard}: {self.attention} of {self.cases} cases need attention "
             f"({_counted(self.counts)}): {shown}{more}"
@@ -142,7 +146,9 @@ class WeekVerdict:
                 counts[k] = counts.get(k, 0) + v
         parts = []
         if self.not_started:
-            parts.append(f"the week was stopped: {self.not_started} cases never started ({self.stopped_because})")
+            parts.append(
+                f"the week was stopped: {self.not_started} cases never started ({self.stopped_because})"
+            )
         failed = [s for s in self.shards if s.needs_attention]
         if failed:
             named = ", ".join(str(s.shard) for s in failed[:8]) + (" …" if len(failed) > 8 else "")

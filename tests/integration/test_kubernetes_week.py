@@ -125,10 +125,17 @@ def test_a_week_on_kubernetes_ends_every_case_in_its_class(cluster: tuple[FakeKu
     assert kube.pods(NS) == [] and kube.leases(NS) == []
     # Phases waited deferred in the triggerer, through the shared watch: no per-pod polling.
     # Every pod attempt waited in the triggerer: one trigger log per attempt, each ending with the
-    # PhasePodTrigger's event.
+    # PhasePodTrigger's event: a passed attempt ended there (committed, TaskSuccessEvent), any other
+    # end resumed the phase in a worker.
     trigger_logs = list((stack.home / "logs" / "dag_id=avsim_weekly_shard").glob("**/*.log.trigger.*"))
     assert len(trigger_logs) >= 40
-    assert all("'status': 'ended'" in p.read_text() for p in trigger_logs)
+    ends = [
+        ("TriggerEvent<'success'>" in t, "'status': 'ended'" in t)
+        for t in (p.read_text() for p in trigger_logs)
+    ]
+    assert all(passed != resumed for passed, resumed in ends), ends
+    assert sum(passed for passed, _ in ends) >= 30  # the attempts that passed
+    assert sum(resumed for _, resumed in ends) >= 8  # one per fault at least
     calls = kube.calls()
     reads = sum(n for c, n in calls.items() if c.verb == "get" and c.resource == "pods" and not c.subresource)
     pods_created = sum(n for c, n in calls.items() if c.verb == "create" and c.resource == "pods")

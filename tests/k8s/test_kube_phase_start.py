@@ -1,16 +1,20 @@
-"""What a Kubernetes phase's start costs the cluster and the execution API, against the loopback API.
+"""A Kubernetes phase's start, and its trigger's end of a passed attempt, against the loopback API.
 
 A real prepared run on a ``file://`` ledger, the real operator and its hook talking HTTP to the
 loopback Kubernetes API (:class:`tests.support.kube_api.FakeKubeAPI`, which counts the requests it
 serves). The boundary: Airflow's task instance is a stand-in holding what the operator reads (try
 number, identifying labels) and an XCom table that records every push, each of which would be an
-execution-API call.
+execution-API call. The pods are real processes (``avsim-fakesim``, the phase's command) run by the
+loopback API's kubelet; the trigger runs in an event loop here, as in a triggerer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,12 +54,14 @@ class PhaseTI:
 
 @pytest.fixture
 def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI(workdir=tmp_path / "kube") as api:
+    # The pods run the phase's command, avsim-fakesim, from this interpreter's environment.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with FakeKubeAPI(workdir=tmp_path / "kube", env=env) as api:
         config = api.write_kubeconfig(tmp_path / "kubeconfig")
         for key, value in api.airflow_conn_env("avsim_kube", config, namespace=NAMESPACE).items():
             monkeypatch.setenv(key, value)
         yield api
-    assert api.errors == []
+    assert api.errors == [], api.errors
 
 
 @pytest.fixture
@@ -65,7 +71,9 @@ def shard_phase(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml", settings)
     path = tmp_path / "week.json"
     path.write_text(json.dumps(sample_manifest(2)))
-    prepared = tasks.prepare_week(source=str(path), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="w1")
+    prepared = tasks.prepare_week(
+        source=str(path), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="w1"
+    )
     loaded = tasks.load_shard(prepared["shards"][0]["conf"], plan)
     family = next(k for k, v in loaded.items() if k.startswith("cases_") and v)
     return prepared["run"], loaded[family][0]
@@ -115,4 +123,119 @@ def test_a_later_attempt_deletes_the_earlier_attempts_pod_first(
     assert kube.call_count(verb="list", resource="pods") == 1
     assert kube.call_count(verb="delete", resource="pods") == 1
     first = pods.pod_name(run["run_key"], case["case_id"], "prepare", 1)
-    assert first not in {p["metadata"]["name"] for p in kube.pods(NAMESPACE) if not p["metadata"].get("deletionTimestamp")}
+    assert first not in {
+        p["metadata"]["name"] for p in kube.pods(NAMESPACE) if not p["metadata"].get("deletionTimestamp")
+    }
+
+
+# -- the trigger ends a passed attempt -------------------------------------------------------------
+def fire(trigger: Any) -> Any:
+    """The trigger's one event, run as the triggerer runs it (its shared watch closed after)."""
+    from avsim.triggers.pod_watch import NamespaceWatch
+
+    trigger.min_wait_seconds, trigger.check_interval = 0.0, 0.2
+
+    async def main() -> Any:
+        try:
+            async for event in trigger.run():
+                return event
+            raise AssertionError("no event")
+        finally:
+            for w in list(NamespaceWatch._shared.values()):
+                await w.close()
+            NamespaceWatch._shared.clear()
+
+    return asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def ledger_of(run: dict[str, Any]) -> Any:
+    from avsim.contracts import RunDescriptor
+    from avsim.ledger.store import Ledger
+
+    return Ledger(RunDescriptor.model_validate(run).layout)
+
+
+def live(kube: FakeKubeAPI, kind: str) -> list[str]:
+    found = kube.pods(NAMESPACE) if kind == "pods" else kube.leases(NAMESPACE)
+    return [o["metadata"]["name"] for o in found if not o["metadata"].get("deletionTimestamp")]
+
+
+def test_a_passed_attempt_is_committed_by_its_trigger_which_ends_the_task(
+    kube: FakeKubeAPI, shard_phase: tuple[dict[str, Any], dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pod passes: the trigger records and commits the attempt as the resumed phase would, deletes
+    the pod and its Lease, and ends the task instance (TaskSuccessEvent) with the phase's result as its
+    return value. Run again (its triggerer died before Airflow took the event; the pod is gone), it ends
+    the task with the same commit and commits nothing again."""
+    from airflow.triggers.base import TaskSuccessEvent
+
+    from avsim.contracts import PhaseResult
+    from avsim.phases.contract import Outcome
+
+    monkeypatch.setattr("avsim.triggers.phase_pod.MISSING_GRACE_SECONDS", 1.0)  # the deleted pod, run again
+    run, case = shard_phase
+    _, trigger = start(run, case, try_number=1)
+    assert trigger.commit is not None and trigger.commit["attempt"] == 1
+    event = fire(trigger)
+    assert isinstance(event, TaskSuccessEvent), event
+    result = PhaseResult.model_validate(event.xcoms["return_value"])
+    assert (result.phase, result.outcome, result.attempt) == ("prepare", Outcome.PASSED, 1)
+    ledger = ledger_of(run)
+    committed = ledger.outcome(case["case_id"], "prepare")
+    assert committed is not None and committed.attempt == 1 and committed.output_uri == result.output_uri
+    assert committed.cache_key and committed.cache_key == result.cache_key
+    [attempt] = ledger.attempts(case["case_id"], "prepare")
+    assert (attempt.state, attempt.outcome, attempt.try_number, attempt.runner) == (
+        "ended",
+        Outcome.PASSED,
+        1,
+        trigger.pod_name,
+    )
+    assert live(kube, "pods") == [] and live(kube, "leases") == []
+
+    again = fire(type(trigger)(**trigger.serialize()[1]))
+    assert isinstance(again, TaskSuccessEvent) and again.xcoms == event.xcoms
+    assert ledger.outcome(case["case_id"], "prepare") == committed
+    assert len(ledger.attempts(case["case_id"], "prepare")) == 1
+
+
+def test_an_evicted_attempt_resumes_in_a_worker_with_nothing_committed(
+    kube: FakeKubeAPI, shard_phase: tuple[dict[str, Any], dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An evicted pod is the worker's to decide (retry, or hand over on spot nodes): the trigger fires
+    the ordinary event and writes nothing."""
+    from airflow.triggers.base import TaskSuccessEvent
+
+    monkeypatch.setattr("avsim.triggers.phase_pod.MISSING_GRACE_SECONDS", 1.0)
+    run, case = shard_phase
+    _, trigger = start(run, case, try_number=1)
+    kube.wait_for_pod(trigger.pod_name, NAMESPACE, phase="Running", timeout=30)
+    kube.evict_via_api(NAMESPACE, trigger.pod_name, grace=0)
+    event = fire(trigger)
+    assert not isinstance(event, TaskSuccessEvent)
+    # Evicted at once, the pod is gone before the trigger's watch sees it: it vanished, which for a CPU
+    # phase is an infrastructure failure (for a spot GPU phase, a preemption).
+    assert (event.payload["status"], event.payload["outcome"]) == ("ended", "infra_failed"), event.payload
+    ledger = ledger_of(run)
+    assert ledger.outcome(case["case_id"], "prepare") is None
+    assert [a.state for a in ledger.attempts(case["case_id"], "prepare")] == ["started"]
+
+
+def test_a_commit_the_trigger_cannot_make_leaves_the_attempt_to_the_worker(
+    kube: FakeKubeAPI, shard_phase: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    """The artifact store fails the trigger (the run's snapshot is unreadable): it fires the ordinary
+    event, the pod left for the resumed phase to read and delete."""
+    from airflow.triggers.base import TaskSuccessEvent
+
+    from avsim.contracts import RunDescriptor
+
+    run, case = shard_phase
+    _, trigger = start(run, case, try_number=1)
+    head = Path(RunDescriptor.model_validate(run).layout.head_uri.removeprefix("file://"))
+    head.rename(head.with_suffix(".moved"))
+    event = fire(trigger)
+    assert not isinstance(event, TaskSuccessEvent)
+    assert (event.payload["status"], event.payload["outcome"]) == ("ended", "passed"), event.payload
+    assert trigger.pod_name in live(kube, "pods")
+    assert ledger_of(run).outcome(case["case_id"], "prepare") is None

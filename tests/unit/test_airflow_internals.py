@@ -27,6 +27,23 @@ def test_the_xcom_value_is_json_the_pages_can_index() -> None:
     assert isinstance(column.type, JSON)
 
 
+def test_a_triggers_xcom_is_stored_encoded_once_more_and_pulled_back_whole() -> None:
+    """The server stores a TaskSuccessEvent's XComs through XComModel.set, which JSON-encodes the value
+    (a task's own push arrives serialized and is stored as is): a task pulling it gets the JSON text,
+    which pulled_xcom turns back into the value. When Airflow stops encoding it, this fails: then
+    pulled_xcom (and its use in the phase lifecycle) can go."""
+    from airflow.sdk.serde import deserialize
+
+    result = {"case_id": "c1", "phase": "prepare", "outcome": "passed", "attempt": 1}
+    stored = airflow_internals.models()["XComModel"].serialize_value(result)
+    pulled = deserialize(stored)  # what the task SDK's pull does with the stored value
+    assert isinstance(pulled, str)
+    assert airflow_internals.pulled_xcom(pulled) == result
+    assert airflow_internals.pulled_xcom(result) == result
+    assert airflow_internals.pulled_xcom("[not json") == "[not json"
+    assert airflow_internals.pulled_xcom(None) is None
+
+
 def test_sessions_auth_and_the_task_runner_are_where_avsim_looks() -> None:
     from airflow.utils.session import create_session
 

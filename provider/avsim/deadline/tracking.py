@@ -52,7 +52,9 @@ class ExecutionApiCounts:
         from avsim.airflow_internals import runtime_task_instance
 
         return int(
-            runtime_task_instance().get_ti_count(dag_id=dag_id, run_ids=run_ids, task_ids=task_ids, states=states)
+            runtime_task_instance().get_ti_count(
+                dag_id=dag_id, run_ids=run_ids, task_ids=task_ids, states=states
+            )
         )
 
     def dr_count(self, *, dag_id: str, run_ids: list[str], states: list[str]) -> int:

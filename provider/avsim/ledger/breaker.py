@@ -161,7 +161,12 @@ class Breaker:
 
         self.documents.update(self.uri, open_)
         if tripped:
-            log.error("circuit breaker OPEN for build %s (%s): %s", self.build_id or self.digest, self.digest, reason)
+            log.error(
+                "circuit breaker OPEN for build %s (%s): %s",
+                self.build_id or self.digest,
+                self.digest,
+                reason,
+            )
         return bool(tripped)
 
     def reset(self, by: str = "") -> dict[str, Any]:

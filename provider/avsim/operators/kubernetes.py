@@ -15,7 +15,8 @@ seams:
   re-adopts a pod (the stock operator's known failures with spot pods: apache/airflow#39096,
   #53015, #59626, #21701), then creates the attempt's pod and its heartbeat Lease;
 * ``invoke_defer_method`` defers to :class:`avsim.triggers.phase_pod.PhasePodTrigger` (one shared
-  watch per namespace, no polling per pod) and ``phase_complete`` takes its event;
+  watch per namespace, no polling per pod), which ends a passed attempt itself
+  (:mod:`avsim.operators.pass_commit`), and ``phase_complete`` takes its event for any other end;
 * ``cleanup`` (the synchronous path) classifies the finished pod the same way.
 
 Each way an attempt ends raises its own exception (:mod:`avsim.operators.exceptions`) whose
@@ -286,12 +287,23 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                 check_interval=self.lease_check_interval,
                 started_at=self._started.isoformat(),
                 deadline_seconds=self.attempt_deadline_seconds(self._attempt),
+                commit=self._pass_commit(context),
             ),
             method_name="phase_complete",
             # The resumed task rebuilds its attempt from these instead of reading its upstream XComs again.
             kwargs={"inputs": dict(self._attempt.inputs), "cache_key": self._attempt.cache_key},
             timeout=dt.timedelta(seconds=self.deferral_timeout_seconds(self._attempt)),
         )
+
+    def _pass_commit(self, context: Any) -> dict[str, Any] | None:
+        """What the trigger needs to end a passed attempt without a worker (:mod:`avsim.operators.pass_commit`);
+        None with pod callbacks (they run in the worker when the pod completes)."""
+        if context is None or self.callbacks:
+            return None
+        from avsim.operators.pass_commit import pass_commit
+
+        assert self._attempt is not None and self._started is not None
+        return pass_commit(self, context, self._attempt, self._started).to_json()
 
     def attempt_deadline_seconds(self, a: PhaseAttempt) -> float:
         """The longest an attempt's pod may take, from the attempt's start to its end: pending up to

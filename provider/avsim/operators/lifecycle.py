@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
+from avsim import airflow_internals
 from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
 from avsim.attempt import PhaseAttempt, PhaseRuntime, phase_spec_for
 from avsim.contracts import OUTCOME_XCOM_KEY, PhaseResult, RunDescriptor, run_document
@@ -158,7 +159,9 @@ class PhaseLifecycle:
         for up_phase, task_ids in self.upstream_phases.items():
             value: PhaseResult | None = None
             for task_id in task_ids:  # a spot task and its on-demand twin: one of them produced it
-                found = ti.xcom_pull(task_ids=task_id, map_indexes=ti.map_index)
+                found = airflow_internals.pulled_xcom(
+                    ti.xcom_pull(task_ids=task_id, map_indexes=ti.map_index)
+                )
                 if isinstance(found, dict) and found.get("output_uri"):
                     value = PhaseResult.model_validate(found)
                     break
@@ -328,36 +331,25 @@ class PhaseLifecycle:
     ) -> dict[str, Any]:
         """Record and classify the attempt's end: return the phase's result or raise by class."""
         ti = context["ti"]
-        ended = _now()
-        rec = AttemptRecord(
-            run_key=self.layout.run_key,
+        rec = self._ended_record(
             case_id=attempt.case_id,
-            phase=self.phase,
             attempt=attempt.attempt,
-            started_at=started.isoformat(),
-            ended_at=ended.isoformat(),
-            exit_code=result.exit_code,
-            outcome=result.outcome,
-            reason=result.reason[-500:],
             output_uri=attempt.output_uri,
-            host=socket.gethostname(),
-            duration_seconds=(ended - started).total_seconds(),
-            state="ended",
-            try_number=int(ti.try_number),
-            task_id=self.task_id,
-            round_start=self._round_start(ti),
-            node_class=self.node_class,
             gpus=attempt.runtime.gpus,
-            detail=result.detail,
-            runner=result.runner,
+            try_number=int(ti.try_number),
+            round_start=self._round_start(ti),
+            result=result,
+            started=started,
         )
         self.ledger.record_attempt(rec)
-        self._observe(rec, attempt)
+        self._observe(rec, attempt.runtime.gpus)
         if not result.outcome.produced_output:  # a committed result is the task's return value
             self._publish(ti, rec)
         # A result is committed whatever came before it: only a failure's decision reads the round.
         history = (
-            [] if result.outcome.produced_output else self._round_history(rec.round_start, excluding=rec.attempt)
+            []
+            if result.outcome.produced_output
+            else self._round_history(rec.round_start, excluding=rec.attempt)
         )
         decision = policy.decide(
             history,
@@ -369,7 +361,7 @@ class PhaseLifecycle:
             last_try=int(ti.try_number) > int(getattr(ti, "max_tries", self.retries or 0) or 0),
         )
         if decision.action is Action.COMMIT:
-            committed = self._commit(rec, result, attempt)
+            committed = self._commit(rec, result, attempt.cache_key)
             if result.outcome is Outcome.SCENARIO_FAILED:
                 self.log.warning(
                     "%s: the driving software failed the scenario (recorded as a result)",
@@ -390,14 +382,53 @@ class PhaseLifecycle:
         self._commit_failure_and_raise(rec, result, decision)
         raise AssertionError("unreachable")
 
-    def _observe(self, rec: AttemptRecord, attempt: PhaseAttempt) -> None:
+    def _ended_record(
+        self,
+        *,
+        case_id: str,
+        attempt: int,
+        output_uri: str,
+        gpus: int,
+        try_number: int,
+        round_start: int,
+        result: AttemptResult,
+        started: dt.datetime,
+    ) -> AttemptRecord:
+        """The ledger's record of an attempt that ended with ``result``: what the worker that resumes
+        the phase and the trigger that ends a passed one (:mod:`avsim.operators.pass_commit`) write."""
+        ended = _now()
+        return AttemptRecord(
+            run_key=self.layout.run_key,
+            case_id=case_id,
+            phase=self.phase,
+            attempt=attempt,
+            started_at=started.isoformat(),
+            ended_at=ended.isoformat(),
+            exit_code=result.exit_code,
+            outcome=result.outcome,
+            reason=result.reason[-500:],
+            output_uri=output_uri,
+            host=socket.gethostname(),
+            duration_seconds=(ended - started).total_seconds(),
+            state="ended",
+            try_number=try_number,
+            task_id=self.task_id,
+            round_start=round_start,
+            node_class=self.node_class,
+            gpus=gpus,
+            detail=result.detail,
+            runner=result.runner,
+        )
+
+    def _observe(self, rec: AttemptRecord, gpus: int) -> None:
+        """Metrics of an ended attempt, and the build's breaker (a case's first attempt)."""
         from avsim import metrics
 
         assert rec.outcome is not None
-        res_class = "gpu" if attempt.runtime.gpus else "cpu"
+        res_class = "gpu" if gpus else "cpu"
         metrics.phase_outcome(self.phase, rec.outcome.value, res_class, self.node_class)
-        if attempt.runtime.gpus:
-            metrics.gpu_seconds(self.phase, rec.duration_seconds * attempt.runtime.gpus, self.node_class)
+        if gpus:
+            metrics.gpu_seconds(self.phase, rec.duration_seconds * gpus, self.node_class)
         if rec.outcome is Outcome.PREEMPTED:
             metrics.preemption(self.phase, self.node_class)
         first = rec.attempt == 1 and rec.outcome is not Outcome.PREEMPTED and not self.is_run_level
@@ -421,8 +452,9 @@ class PhaseLifecycle:
             detail=result.detail,
         )
 
-    def _commit(self, rec: AttemptRecord, result: AttemptResult, attempt: PhaseAttempt) -> dict[str, Any]:
-        out = self._outcome_record(rec, result, output=True, cache_key=attempt.cache_key)
+    def _commit(self, rec: AttemptRecord, result: AttemptResult, cache_key: str) -> dict[str, Any]:
+        """Commit an attempt's output (the first commit of a phase wins) and return the phase's result."""
+        out = self._outcome_record(rec, result, output=True, cache_key=cache_key)
         self.ledger.commit(out)
         final = self.ledger.outcome(rec.case_id, self.phase) or out
         if final.cache_key and final.attempt == rec.attempt:

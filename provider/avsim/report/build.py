@@ -122,7 +122,10 @@ def build_report(
             if cid in seen:  # a shard summarized twice (a rerun): count the case once
                 continue
             seen.add(cid)
-            outcome, graph = str(case.get("outcome", Outcome.INFRA_FAILED.value)), str(case.get("graph") or "")
+            outcome, graph = (
+                str(case.get("outcome", Outcome.INFRA_FAILED.value)),
+                str(case.get("graph") or ""),
+            )
             totals[outcome] = totals.get(outcome, 0) + 1
             for phase, entry in (case.get("phases") or {}).items():
                 p_out = str(entry.get("outcome", NOT_RUN))

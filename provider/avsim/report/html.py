@@ -14,7 +14,9 @@ MAX_FAILED_ROWS = 2000
 #: The comparison tables list at most this many rows each; report.json has more.
 MAX_COMPARED_ROWS = 500
 #: Outcome cards shown even at zero; the rarer classes only when they occurred.
-_ALWAYS_SHOWN = tuple(o.value for o in (Outcome.PASSED, Outcome.SCENARIO_FAILED, Outcome.BAD_INPUT, Outcome.INFRA_FAILED))
+_ALWAYS_SHOWN = tuple(
+    o.value for o in (Outcome.PASSED, Outcome.SCENARIO_FAILED, Outcome.BAD_INPUT, Outcome.INFRA_FAILED)
+)
 _PLOT_CAPTIONS = {
     "progress": "Cases finished over time against the planned pace and the deadline; GPUs busy",
     "durations": "Duration of each phase (box: quartiles, whiskers: 5th-95th percentile)",

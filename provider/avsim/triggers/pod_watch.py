@@ -244,6 +244,26 @@ class NamespaceWatch:
             if sub.pod == name or sub.lease == name:
                 sub.changed.set()
 
+    async def delete_attempt(self, name: str) -> None:
+        """Delete an attempt's pod and its Lease (both named ``name``), with the pod's own grace
+        period; already gone is fine. Call it while subscribed (the watch's client is open then)."""
+        from kubernetes_asyncio import client as k8s
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        api = await self._api()
+        for call in (
+            lambda: k8s.CoreV1Api(api).delete_namespaced_pod(name, self.namespace, _preload_content=False),
+            lambda: k8s.CoordinationV1Api(api).delete_namespaced_lease(
+                name, self.namespace, _preload_content=False
+            ),
+        ):
+            try:
+                resp = await call()
+                resp.release()
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
     def _wake_all(self) -> None:
         for sub in self._subs:
             sub.changed.set()

@@ -44,7 +44,15 @@ _O = Outcome
 FAILED = "failed"
 CASE_CLASSES = tuple(
     c.value if isinstance(c, Outcome) else c
-    for c in (_O.BAD_INPUT, _O.BAD_BUILD, _O.PREEMPTED, FAILED, _O.INFRA_FAILED, _O.SCENARIO_FAILED, _O.PASSED)
+    for c in (
+        _O.BAD_INPUT,
+        _O.BAD_BUILD,
+        _O.PREEMPTED,
+        FAILED,
+        _O.INFRA_FAILED,
+        _O.SCENARIO_FAILED,
+        _O.PASSED,
+    )
 )
 #: Phase classes that make a case fail for infrastructure when no more specific class applies.
 _BLOCKED = (_O.INFRA_FAILED.value, _O.UPSTREAM_FAILED.value, NOT_RUN)
@@ -200,24 +208,21 @@ def _phase_tis(shard_dag_id: str, run_ids: Sequence[str], task_ids: Sequence[str
     )
     family = {t: t.split(".", 1)[0] for t in task_ids}
     phase = {t: t.split(".", 1)[1].removesuffix(ON_DEMAND_SUFFIX) for t in task_ids}
-    return (
-        select(
-            TI.run_id.label("run_id"),
-            TI.task_id.label("task_id"),
-            case(family, value=TI.task_id, else_=literal("")).label("family"),
-            case(phase, value=TI.task_id, else_=TI.task_id).label("phase"),
-            TI.map_index.label("map_index"),
-            TI.__table__.c.rendered_map_index.label("case_id"),
-            TI.state.label("state"),
-            TI.try_number.label("try_number"),
-            TI.end_date.label("end_date"),
-            TI.duration.label("duration"),
-            TI.pool.label("pool"),
-            TI.pool_slots.label("pool_slots"),
-            cls.label("cls"),
-        )
-        .where(TI.dag_id == shard_dag_id, TI.run_id.in_(list(run_ids)), TI.map_index >= 0)
-    )
+    return select(
+        TI.run_id.label("run_id"),
+        TI.task_id.label("task_id"),
+        case(family, value=TI.task_id, else_=literal("")).label("family"),
+        case(phase, value=TI.task_id, else_=TI.task_id).label("phase"),
+        TI.map_index.label("map_index"),
+        TI.__table__.c.rendered_map_index.label("case_id"),
+        TI.state.label("state"),
+        TI.try_number.label("try_number"),
+        TI.end_date.label("end_date"),
+        TI.duration.label("duration"),
+        TI.pool.label("pool"),
+        TI.pool_slots.label("pool_slots"),
+        cls.label("cls"),
+    ).where(TI.dag_id == shard_dag_id, TI.run_id.in_(list(run_ids)), TI.map_index >= 0)
 
 
 def _no_jit(session: Session) -> None:

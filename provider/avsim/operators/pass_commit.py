@@ -1,0 +1,106 @@
+"""A Kubernetes phase whose pod passed ends in the triggerer: no worker resumes it.
+
+A deferred phase resumes in a worker when its trigger fires: a second task process, which parses the
+DAG file, rebuilds the operator, renders it and talks to the execution API, to record the attempt,
+commit its output and delete its pod. For a phase that failed that is where the decision belongs
+(retry, hand over, fail fast, with the round's history). For a passed one there is no decision: the
+output is committed, whatever came before it. So the operator hands its trigger a
+:class:`avsim.contracts.PassCommit` when it defers, and the trigger, when the pod passed, does what
+the resumed phase would have done here
+(:func:`commit_passed`: the attempt's record, its metrics and the breaker's window, the commit, the
+cache) and ends the task instance with Airflow's ``TaskSuccessEvent``, the phase's result as its
+return value. Every other end, and a commit that fails here, fires the ordinary event: the phase
+resumes in a worker as before; so does a scenario the driving software failed (a result too, but the
+progress page tells it from a pass by its XCom, which a trigger's XComs do not reach as JSON it can
+query, see :func:`avsim.airflow_internals.pulled_xcom`).
+
+Exactly once: the ledger's first commit of a phase wins (:meth:`avsim.ledger.store.Ledger.commit`);
+a trigger restarted after it committed (its triggerer died before Airflow took the event) finds the
+commit (:func:`committed_result`) and ends the task with it, without committing again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from avsim.attempt import PhaseAttempt
+from avsim.contracts import PassCommit
+from avsim.operators.lifecycle import PhaseLifecycle
+from avsim.phases.contract import AttemptResult, Outcome
+from avsim.phases.policy import Role
+
+log = logging.getLogger(__name__)
+
+
+def pass_commit(op: PhaseLifecycle, context: Any, attempt: PhaseAttempt, started: dt.datetime) -> PassCommit:
+    """What ``op``'s trigger needs to commit ``attempt`` when its pod passes."""
+    ti = context["ti"]
+    return PassCommit(
+        run=op.descriptor,
+        case=dict(op.case),
+        phase=op.phase,
+        task_id=op.task_id,
+        role=op.role.value,
+        gpus=attempt.runtime.gpus,
+        node_class=op.node_class,
+        attempt=attempt.attempt,
+        output_uri=attempt.output_uri,
+        cache_key=attempt.cache_key,
+        try_number=int(ti.try_number),
+        round_start=op._round_start(ti),
+        started_at=started.isoformat(),
+    )
+
+
+class _CommitSide(PhaseLifecycle):
+    """The phase lifecycle as the trigger runs it: the operator's phase arguments from a PassCommit."""
+
+    def __init__(self, plan: PassCommit) -> None:
+        self.plan = plan
+        self.phase = plan.phase
+        self.case = dict(plan.case)
+        self.run = plan.run.to_json()
+        self.task_id = plan.task_id
+        self.role = Role(plan.role)
+        self.gpus = plan.gpus
+        self.node_class = plan.node_class
+        self.upstream_phases = {}
+        self.inputs = None
+        self.retries = None
+        self.reuse_outputs = True
+        self.log = log
+
+
+def commit_passed(plan: PassCommit, result: AttemptResult) -> dict[str, Any]:
+    """Record and commit a passed attempt; return the phase's result (the task instance's return
+    value), which is the phase's first commit (an earlier one, if any, wins)."""
+    if result.outcome is not Outcome.PASSED:
+        raise ValueError(
+            f"{plan.task_id}: the trigger commits passed attempts only, not {result.outcome.value}"
+        )
+    side = _CommitSide(plan)
+    rec = side._ended_record(
+        case_id=str(plan.case["case_id"]),
+        attempt=plan.attempt,
+        output_uri=plan.output_uri,
+        gpus=plan.gpus,
+        try_number=plan.try_number,
+        round_start=plan.round_start,
+        result=result,
+        started=dt.datetime.fromisoformat(plan.started_at),
+    )
+    side.ledger.record_attempt(rec)
+    side._observe(rec, plan.gpus)
+    return side._commit(rec, result, plan.cache_key)
+
+
+def committed_result(plan: PassCommit) -> dict[str, Any] | None:
+    """The phase's result when ``plan``'s attempt already committed it (a trigger that runs again after
+    it committed), else None."""
+    side = _CommitSide(plan)
+    found = side.ledger.outcome(str(plan.case["case_id"]), plan.phase)
+    if found is None or found.attempt != plan.attempt or found.outcome is not Outcome.PASSED:
+        return None
+    return side._xcom(found)
