@@ -258,7 +258,7 @@ class NamespaceWatch:
             ),
         ):
             try:
-                resp = await call()
+                resp: Any = await call()  # the raw response (_preload_content=False)
                 resp.release()
             except ApiException as exc:
                 if exc.status != 404:
