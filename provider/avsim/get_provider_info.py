@@ -47,6 +47,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "avsim.deadline.trigger",
                     "avsim.triggers.phase_pod",
+                    "avsim.operators.pass_commit",
                     "avsim.triggers.canary",
                 ],
             }

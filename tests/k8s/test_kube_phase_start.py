@@ -199,6 +199,31 @@ def test_a_passed_attempt_is_committed_by_its_trigger_which_ends_the_task(
     assert len(ledger.attempts(case["case_id"], "prepare")) == 1
 
 
+def test_serialize_the_committing_trigger(
+    kube: FakeKubeAPI, shard_phase: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    """The trigger a phase defers on carries its PassCommit as JSON, and comes back the same from its
+    classpath and arguments (what the triggerer does with it)."""
+    from airflow.sdk.module_loading import import_string
+
+    from avsim.contracts import PassCommit
+
+    run, case = shard_phase
+    _, trigger = start(run, case, try_number=1)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "avsim.operators.pass_commit.PassCommitTrigger"
+    assert json.loads(json.dumps(kwargs)) == kwargs
+    again = import_string(classpath)(**kwargs)
+    assert again.serialize() == (classpath, kwargs)
+    plan = PassCommit.model_validate(kwargs["commit"])
+    assert (plan.phase, plan.attempt, plan.try_number, plan.case["case_id"]) == (
+        "prepare",
+        1,
+        1,
+        case["case_id"],
+    )
+
+
 def test_an_evicted_attempt_resumes_in_a_worker_with_nothing_committed(
     kube: FakeKubeAPI, shard_phase: tuple[dict[str, Any], dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

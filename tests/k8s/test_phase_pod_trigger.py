@@ -105,13 +105,7 @@ def run_all(*triggers: PhasePodTrigger, timeout: float = 60) -> list[dict[str, A
 
 
 def test_serialize_round_trip() -> None:
-    t = trigger_for(
-        "avsim-c1-simulate-a2-0123456789",
-        attempt=2,
-        lease_seconds=90.0,
-        config_dict={"a": 1},
-        commit={"phase": "simulate", "attempt": 2, "case": {"case_id": "c1"}},
-    )
+    t = trigger_for("avsim-c1-simulate-a2-0123456789", attempt=2, lease_seconds=90.0, config_dict={"a": 1})
     classpath, kwargs = t.serialize()
     assert classpath == "avsim.triggers.phase_pod.PhasePodTrigger"
     from airflow.sdk.module_loading import import_string

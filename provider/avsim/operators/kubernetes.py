@@ -14,9 +14,9 @@ seams:
 * ``get_or_create_pod`` deletes the pods of earlier attempts of the same phase first and never
   re-adopts a pod (the stock operator's known failures with spot pods: apache/airflow#39096,
   #53015, #59626, #21701), then creates the attempt's pod and its heartbeat Lease;
-* ``invoke_defer_method`` defers to :class:`avsim.triggers.phase_pod.PhasePodTrigger` (one shared
-  watch per namespace, no polling per pod), which ends a passed attempt itself
-  (:mod:`avsim.operators.pass_commit`), and ``phase_complete`` takes its event for any other end;
+* ``invoke_defer_method`` defers to :class:`avsim.operators.pass_commit.PassCommitTrigger`, a
+  :class:`avsim.triggers.phase_pod.PhasePodTrigger` (one shared watch per namespace, no polling per
+  pod) that ends a passed attempt itself, and ``phase_complete`` takes its event for any other end;
 * ``cleanup`` (the synchronous path) classifies the finished pod the same way.
 
 Each way an attempt ends raises its own exception (:mod:`avsim.operators.exceptions`) whose
@@ -272,8 +272,17 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
 
         assert self._attempt is not None and self.pod is not None and self._started is not None
         self.convert_config_file_to_dict()
+        commit = self._pass_commit(context)
+        if commit is not None:
+            from avsim.operators.pass_commit import PassCommitTrigger
+
+            trigger_cls: type[PhasePodTrigger] = PassCommitTrigger
+            extra: dict[str, Any] = {"commit": commit}
+        else:
+            trigger_cls, extra = PhasePodTrigger, {}
         self.defer(
-            trigger=PhasePodTrigger(
+            trigger=trigger_cls(
+                **extra,
                 pod_name=self.pod.metadata.name,
                 namespace=self.pod.metadata.namespace,
                 attempt=self._attempt.attempt,
@@ -287,7 +296,6 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                 check_interval=self.lease_check_interval,
                 started_at=self._started.isoformat(),
                 deadline_seconds=self.attempt_deadline_seconds(self._attempt),
-                commit=self._pass_commit(context),
             ),
             method_name="phase_complete",
             # The resumed task rebuilds its attempt from these instead of reading its upstream XComs again.

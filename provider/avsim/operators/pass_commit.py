@@ -17,19 +17,26 @@ query, see :func:`avsim.airflow_internals.pulled_xcom`).
 Exactly once: the ledger's first commit of a phase wins (:meth:`avsim.ledger.store.Ledger.commit`);
 a trigger restarted after it committed (its triggerer died before Airflow took the event) finds the
 commit (:func:`committed_result`) and ends the task with it, without committing again.
+
+:class:`PassCommitTrigger` is the pod trigger with that end (its seam ``end_here``). It lives here,
+beside the lifecycle it runs, not in :mod:`avsim.triggers`, which the operators import.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 from typing import Any
+
+from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
 
 from avsim.attempt import PhaseAttempt
 from avsim.contracts import PassCommit
 from avsim.operators.lifecycle import PhaseLifecycle
 from avsim.phases.contract import AttemptResult, Outcome
 from avsim.phases.policy import Role
+from avsim.triggers.phase_pod import PhasePodTrigger
 
 log = logging.getLogger(__name__)
 
@@ -104,3 +111,58 @@ def committed_result(plan: PassCommit) -> dict[str, Any] | None:
     if found is None or found.attempt != plan.attempt or found.outcome is not Outcome.PASSED:
         return None
     return side._xcom(found)
+
+
+class PassCommitTrigger(PhasePodTrigger):
+    """:class:`avsim.triggers.phase_pod.PhasePodTrigger` that ends a passed attempt itself.
+
+    :param commit: a :class:`avsim.contracts.PassCommit` as JSON; every other argument is the base's.
+    """
+
+    def __init__(self, *, commit: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.commit = commit
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        classpath, kwargs = super().serialize()
+        return classpath, {**kwargs, "commit": self.commit}
+
+    async def end_here(self, event: dict[str, Any]) -> TriggerEvent | None:
+        """The task's end when this trigger commits the attempt (or had committed it), else None:
+        the event resumes the phase in a worker."""
+        try:
+            plan = PassCommit.model_validate(self.commit)
+            outcome = Outcome(str(event.get("outcome"))) if event.get("status") == "ended" else None
+            if outcome is not Outcome.PASSED:
+                value = await asyncio.to_thread(committed_result, plan)
+                if value is None:
+                    return None
+                log.warning(
+                    "%s: attempt %d had committed already; ending the task", self.pod_name, self.attempt
+                )
+            else:
+                result = AttemptResult(
+                    outcome,
+                    event.get("exit_code"),
+                    str(event.get("reason") or ""),
+                    str(event.get("detail") or ""),
+                    self.pod_name,
+                )
+                value = await asyncio.to_thread(commit_passed, plan, result)
+        except Exception as exc:  # the worker commits it, as it does without this trigger
+            log.warning(
+                "%s: could not commit here (%s: %s); the phase resumes in a worker",
+                self.pod_name,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        try:
+            await self.delete_attempt()
+        except Exception as exc:  # committed: a pod left behind is clutter, not a wrong result
+            log.warning(
+                "%s: committed, but could not delete the pod: %s: %s", self.pod_name, type(exc).__name__, exc
+            )
+        from airflow.sdk.bases.xcom import BaseXCom
+
+        return TaskSuccessEvent(xcoms={BaseXCom.XCOM_RETURN_KEY: value})

@@ -15,8 +15,8 @@ watch last saw, with the same classifier the operator's synchronous path uses
 ``{"status": "error", "message": ...}``
     the trigger could not tell (the API unreachable for a while): the operator reads the pod itself.
 
-Given ``commit`` (a :class:`avsim.contracts.PassCommit`), an attempt whose pod passed ends here
-instead: the trigger commits it
+:class:`avsim.operators.pass_commit.PassCommitTrigger`, the trigger a deferred phase waits on, ends
+an attempt whose pod passed there instead (through the seam :meth:`PhasePodTrigger.end_here`): it commits it
 (:func:`avsim.operators.pass_commit.commit_passed`), deletes the pod and its Lease, and fires
 Airflow's ``TaskSuccessEvent`` with the phase's result as the task's return value: no worker resumes
 the phase. When that commit cannot be made, or the attempt ended any other way, it fires the event
@@ -32,16 +32,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from avsim.kube.pods import classify_pod, is_running, is_terminating, parse_time, pod_lease_age
-
-log = logging.getLogger(__name__)
 
 #: How long a pod may be missing from a synced watch before it counts as gone (creation races).
 MISSING_GRACE_SECONDS = 30.0
@@ -64,7 +61,6 @@ class PhasePodTrigger(BaseTrigger):
         has not ended this long after ``started_at`` (0: no deadline): the bound on a wait whose pod
         nothing will ever update. The operator sets it to the startup timeout, the phase's timeout,
         the pod's grace period and the stuck-Terminating bound together.
-    :param commit: a :class:`avsim.contracts.PassCommit` as JSON: end a passed attempt here (above).
     """
 
     def __init__(
@@ -84,7 +80,6 @@ class PhasePodTrigger(BaseTrigger):
         started_at: str = "",
         min_wait_seconds: float = 15.0,
         deadline_seconds: float = 0.0,
-        commit: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.pod_name = pod_name
@@ -101,7 +96,6 @@ class PhasePodTrigger(BaseTrigger):
         self.started_at = started_at
         self.min_wait_seconds = float(min_wait_seconds)
         self.deadline_seconds = float(deadline_seconds)
-        self.commit = commit
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -121,7 +115,6 @@ class PhasePodTrigger(BaseTrigger):
                 "started_at": self.started_at,
                 "min_wait_seconds": self.min_wait_seconds,
                 "deadline_seconds": self.deadline_seconds,
-                "commit": self.commit,
             },
         )
 
@@ -164,59 +157,23 @@ class PhasePodTrigger(BaseTrigger):
         # running"), which a pod done in a second or two on a busy scheduler triggers. Phases last
         # minutes, so this costs nothing in production.
         await asyncio.sleep(max(0.0, self.min_wait_seconds - (time.monotonic() - began)))
-        if self.commit is not None:
-            ended = await self._end_here(event)
-            if ended is not None:
-                yield ended
-                return
+        ended = await self.end_here(event)
+        if ended is not None:
+            yield ended
+            return
         yield TriggerEvent(event)
 
-    # -- a passed attempt ends here -------------------------------------------------------------
-    async def _end_here(self, event: dict[str, Any]) -> TaskSuccessEvent | None:
-        """The task's end when this trigger commits the attempt (or had committed it), else None:
-        the event resumes the phase in a worker."""
-        from avsim.contracts import PassCommit
-        from avsim.operators.pass_commit import commit_passed, committed_result
-        from avsim.phases.contract import AttemptResult, Outcome
+    async def end_here(self, event: dict[str, Any]) -> TriggerEvent | None:
+        """The seam where a subclass ends the task itself instead of firing ``event`` (which resumes
+        the phase in a worker): :class:`avsim.operators.pass_commit.PassCommitTrigger` commits a passed
+        attempt. Here: None, always."""
+        return None
 
-        try:
-            plan = PassCommit.model_validate(self.commit)
-            outcome = Outcome(str(event.get("outcome"))) if event.get("status") == "ended" else None
-            if outcome is not Outcome.PASSED:
-                value = await asyncio.to_thread(committed_result, plan)
-                if value is None:
-                    return None
-                log.warning(
-                    "%s: attempt %d had committed already; ending the task", self.pod_name, self.attempt
-                )
-            else:
-                result = AttemptResult(
-                    outcome,
-                    event.get("exit_code"),
-                    str(event.get("reason") or ""),
-                    str(event.get("detail") or ""),
-                    self.pod_name,
-                )
-                value = await asyncio.to_thread(commit_passed, plan, result)
-        except Exception as exc:  # the worker commits it, as it does without a plan
-            log.warning(
-                "%s: could not commit here (%s: %s); the phase resumes in a worker",
-                self.pod_name,
-                type(exc).__name__,
-                exc,
-            )
-            return None
+    async def delete_attempt(self) -> None:
+        """Delete the attempt's pod and Lease through the shared watch's client."""
         watch = self.watch()
-        try:
-            async with watch.subscribe(self.pod_name, self.pod_name):
-                await watch.delete_attempt(self.pod_name)
-        except Exception as exc:  # committed: a pod left behind is clutter, not a wrong result
-            log.warning(
-                "%s: committed, but could not delete the pod: %s: %s", self.pod_name, type(exc).__name__, exc
-            )
-        from airflow.sdk.bases.xcom import BaseXCom
-
-        return TaskSuccessEvent(xcoms={BaseXCom.XCOM_RETURN_KEY: value})
+        async with watch.subscribe(self.pod_name, self.pod_name):
+            await watch.delete_attempt(self.pod_name)
 
     async def _wait(self) -> dict[str, Any]:
         watch = self.watch()
