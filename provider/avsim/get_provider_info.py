@@ -52,7 +52,7 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             }
         ],
-        "extra-links": ["avsim.ui.links.AvsimCaseLink", "avsim.ui.links.AvsimArtifactsLink"],
+        "extra-links": ["avsim.ui.links.AvsimArtifactsLink"],
         "integrations": [
             {
                 "integration-name": "avsim",

@@ -14,7 +14,7 @@ from airflow.plugins_manager import AirflowPlugin
 from avsim.dagbuild import preload
 from avsim.deadline.reference import AvsimRunDeadline
 from avsim.priority import STRATEGIES
-from avsim.ui.links import AvsimArtifactsLink, AvsimCaseLink
+from avsim.ui.links import AvsimArtifactsLink
 
 
 class _FastAPIApps:
@@ -56,8 +56,9 @@ class AvsimPlugin(AirflowPlugin):
             "url_route": "avsim-case",
         },
     ]
-    # Phase operators declare these (operator_extra_links); registered so the UI knows them.
-    operator_extra_links = [AvsimCaseLink(), AvsimArtifactsLink()]
+    # Phase operators declare it (operator_extra_links); registered so the UI knows it. A phase's case
+    # page is the "avsim case" tab above.
+    operator_extra_links = [AvsimArtifactsLink()]
     # Phase tasks use these as weight_rule; DAG serialization refuses an unregistered strategy.
     priority_weight_strategies = list(STRATEGIES)
     # The weekly DAG's Deadline Alert uses it; the scheduler rebuilds it from the serialized DAG.

@@ -6,8 +6,9 @@ PostgreSQL, with the simple auth manager and a viewer account (not the all-admin
 Headless Chromium (Playwright driving /usr/bin/chromium) opens the page with that user's session
 cookie and must show the ledger's counts, the failed cases and links that work. Requests without
 a token, or with a forged one, are refused. Every phase task instance that ran carries the extra
-links Airflow stores as XComs (``_link_AvsimCaseLink``, ``_link_AvsimArtifactsLink``), the API
-returns them, and the task instance's page in the Airflow UI shows them and they open.
+link Airflow stores as an XCom (``_link_AvsimArtifactsLink``), the API returns it, the task
+instance's page in the Airflow UI shows it and it opens; the task instance's *avsim case* tab shows
+its case page.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.integration
 
 RUN_ID = "it__ui"
 SHARD_DAG = "avsim_weekly_shard"
-LINK_KEYS = {"_link_AvsimCaseLink": "case", "_link_AvsimArtifactsLink": "artifacts"}
+LINK_KEYS = {"_link_AvsimArtifactsLink": "artifacts"}
 USER, PASSWORD = "engineer", "week-watcher"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -246,11 +247,10 @@ def test_phase_task_instances_link_to_their_case_page_and_artifacts(
         stack,
         "SELECT ti.run_id, ti.task_id, ti.map_index, ti.rendered_map_index, ti.state, x.key, x.value "
         "FROM task_instance ti LEFT JOIN xcom x ON x.dag_id = ti.dag_id AND x.run_id = ti.run_id "
-        "AND x.task_id = ti.task_id AND x.map_index = ti.map_index AND x.key IN (:case_key, :files_key) "
+        "AND x.task_id = ti.task_id AND x.map_index = ti.map_index AND x.key = :files_key "
         "WHERE ti.dag_id = :dag AND position(:prefix in ti.run_id) = 1 AND ti.map_index >= 0",
         dag=SHARD_DAG,
         prefix=f"{RUN_ID}__",
-        case_key="_link_AvsimCaseLink",
         files_key="_link_AvsimArtifactsLink",
     )
     links: dict[tuple[str, str, int], dict[str, str]] = {}
@@ -270,7 +270,6 @@ def test_phase_task_instances_link_to_their_case_page_and_artifacts(
         case_id = tis[(run_id, task_id, map_index)][0]
         phase = task_id.split(".", 1)[1].removesuffix("_on_demand")
         assert found == {
-            "case": f"/avsim/runs/{key}/cases/{urllib.parse.quote(case_id, safe='')}",
             "artifacts": f"/avsim/runs/{key}/files/cases/{urllib.parse.quote(case_id, safe='')}/{phase}/",
         }, (run_id, task_id, map_index)
     twins = {k: tis[k][1] for k in tis if k[1].endswith("_on_demand")}
@@ -291,35 +290,34 @@ def test_phase_task_instances_link_to_their_case_page_and_artifacts(
     with urllib.request.urlopen(req, timeout=60) as resp:
         api_links = json.loads(resp.read())["extra_links"]
     expected = links[(run_id, task_id, map_index)]
-    assert api_links == {"avsim case": expected["case"], "avsim artifacts": expected["artifacts"]}
+    assert api_links == {"avsim artifacts": expected["artifacts"]}
+    case_page = f"/avsim/runs/{key}/cases/{urllib.parse.quote(week['crashed'], safe='')}"
 
-    # In the Airflow UI: the task instance's details show both links; they open the case page and
-    # the phase's artifacts.
-    ti_page = (
+    # In the Airflow UI: the task instance's details show the link, which opens the phase's artifacts;
+    # its "avsim case" tab (the plugin's view of the task instance) shows the case page.
+    ti_base = (
         f"{stack.api_url}/dags/{SHARD_DAG}/runs/{urllib.parse.quote(run_id, safe='')}/tasks/"
-        f"{urllib.parse.quote(task_id, safe='')}/mapped/{map_index}/details"
+        f"{urllib.parse.quote(task_id, safe='')}/mapped/{map_index}"
     )
     with sync_playwright() as pw:
         browser = launch(pw)
         try:
             page = signed_in(browser, stack).new_page()
-            page.goto(ti_page)
-            # The extra links are buttons by their name (the plugin's "avsim case" tab has the
-            # same title), found here by the URL the worker stored.
-            case_link = page.locator(f'a[href="{expected["case"]}"]')
-            case_link.wait_for(timeout=60_000)
-            assert case_link.inner_text() == "avsim case"
+            page.goto(f"{ti_base}/details")
             artifacts_link = page.locator(f'a[href="{expected["artifacts"]}"]')
+            artifacts_link.wait_for(timeout=60_000)
             assert artifacts_link.inner_text() == "avsim artifacts"
             page.screenshot(path=str(tmp_path / "task-instance-links.png"), full_page=True)
-            case_link.click()
-            page.wait_for_selector('section[data-phase="evaluate"]', timeout=30_000)
-            assert page.url == f"{stack.api_url}{expected['case']}"
-            assert week["crashed"] in page.locator("h1").inner_text()
-            page.go_back()
-            artifacts_link.wait_for(timeout=60_000)
             artifacts_link.click()
             page.wait_for_url(f"{stack.api_url}{expected['artifacts']}", timeout=30_000)
             assert "attempt-1/" in page.locator("main").inner_text()
+            page.goto(f"{ti_base}/plugin/avsim-case")
+            frame = page.frame_locator("iframe")
+            frame.locator('section[data-phase="evaluate"]').wait_for(timeout=60_000)
+            assert week["crashed"] in frame.locator("h1").inner_text()
+            page.screenshot(path=str(tmp_path / "task-instance-case-tab.png"), full_page=True)
+            assert any(f.url == f"{stack.api_url}{case_page}" for f in page.frames), [
+                f.url for f in page.frames
+            ]
         finally:
             browser.close()

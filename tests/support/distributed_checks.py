@@ -9,7 +9,7 @@
   on the default queue).
 * :func:`check_task_logs`: each ended try's log, read through the REST API as the viewer, comes
   from the S3 store (workers serve no logs), including the killed worker's.
-* :func:`check_pages_for_the_viewer`: the avsim page and a phase's extra links open for the viewer
+* :func:`check_pages_for_the_viewer`: the avsim page, a phase's extra link and case tab open for the viewer
   and are refused without a login.
 * :func:`service_calls`: the REST calls Airflow's audit log saw from avsim's service account.
 * :func:`week_stack`: the stack both weeks run on, its avsim DAGs parsed and unpaused.
@@ -356,8 +356,8 @@ def check_task_logs(
 
 # -- pages -------------------------------------------------------------------------------------------
 def check_pages_for_the_viewer(stack: DistributedStack, week_run_id: str) -> list[str]:
-    """The avsim page of the week and a passed phase's extra links: open for the viewer, refused
-    without a login. Returns the links."""
+    """The avsim page of the week, a passed phase's extra link (its artifacts) and its "avsim case" tab:
+    open for the viewer, refused without a login. Returns the URLs."""
     [row] = query(
         stack,
         "SELECT dag_id, run_id, task_id, map_index, try_number FROM task_instance WHERE dag_id = :d "
@@ -377,8 +377,13 @@ def check_pages_for_the_viewer(stack: DistributedStack, week_run_id: str) -> lis
         f"{urllib.parse.quote(phase.task_id, safe='')}/links?map_index={phase.map_index}"
     )
     links = call(stack, "GET", links_path, VIEWER)["extra_links"]
-    urls = [u for u in links.values() if u]
-    assert {"avsim case", "avsim artifacts"} <= set(links) and len(urls) == 2, links
+    assert list(links) == ["avsim artifacts"] and links["avsim artifacts"], links
+    # The task instance's "avsim case" tab (the plugin's view of it) leads to its case page.
+    tab = (
+        f"/avsim/dags/{phase.dag_id}/runs/{urllib.parse.quote(phase.run_id, safe='')}/tasks/"
+        f"{urllib.parse.quote(phase.task_id, safe='')}/mapped/{phase.map_index}"
+    )
+    urls = [links["avsim artifacts"], tab]
     for url in urls:
         path = urllib.parse.urlparse(url).path
         status, body, _ = request(stack, "GET", path, login=VIEWER, accept="text/html")

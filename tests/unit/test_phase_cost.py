@@ -234,7 +234,7 @@ def test_shard_phases_render_their_run_from_the_shard_conf_without_an_xcom_read(
     from avsim.errors import AvsimError
     from avsim.operators.phase import LocalPhaseOperator
     from avsim.phases.policy import Role
-    from avsim.ui.links import AvsimCaseLink
+    from avsim.ui.links import AvsimArtifactsLink
 
     root = Path(__file__).resolve().parents[2]
     shard = load_weekly_dags(catalog=root / "dags" / "avsim_graphs.yaml", dag_id="cost_probe", part="shard")
@@ -250,7 +250,10 @@ def test_shard_phases_render_their_run_from_the_shard_conf_without_an_xcom_read(
         )
     op.render_template_fields({"dag_run": SimpleNamespace(conf={"run": run, "shard": 1})})
     assert op.descriptor == RunDescriptor.model_validate(run)
-    assert AvsimCaseLink().get_link(op, ti_key=None) == "/avsim/runs/avsim_weekly__w49/cases/c1"
+    assert (
+        AvsimArtifactsLink().get_link(op, ti_key=None)
+        == "/avsim/runs/avsim_weekly__w49/files/cases/c1/simulate/"
+    )
 
     with DAG(dag_id="render_probe_bad", schedule=None):
         bad = LocalPhaseOperator(

@@ -195,9 +195,13 @@ def test_report_and_its_files_are_served(week: Any) -> None:
     assert client.get("/runs/other_run/report/").status_code == 404
 
 
-def test_phase_links_point_at_the_case_page_and_the_artifacts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_phase_link_points_at_the_artifacts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One extra link, the phase's artifacts: its case page is the plugin's task-instance tab, which
+    costs no XCom per phase execution (a link that opened it too was dropped)."""
+    from avsim.operators.kubernetes import KubernetesPhaseOperator
     from avsim.operators.phase import LocalPhaseOperator
-    from avsim.ui.links import PHASE_LINKS, AvsimArtifactsLink, AvsimCaseLink
+    from avsim.plugin import AvsimPlugin
+    from avsim.ui.links import PHASE_LINKS, AvsimArtifactsLink
 
     op = LocalPhaseOperator(
         task_id="simulate",
@@ -205,17 +209,26 @@ def test_phase_links_point_at_the_case_page_and_the_artifacts(monkeypatch: pytes
         case={"case_id": "case-00007"},
         run={"run_key": KEY, "artifact_root": "s3://aws@bucket/avsim"},
     )
-    assert AvsimCaseLink().get_link(op, ti_key=None) == f"/avsim/runs/{KEY}/cases/case-00007"
     assert (
         AvsimArtifactsLink().get_link(op, ti_key=None)
         == f"/avsim/runs/{KEY}/files/cases/case-00007/simulate/"
     )
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/team-a/")
-    assert AvsimCaseLink().get_link(op, ti_key=None) == f"/team-a/avsim/runs/{KEY}/cases/case-00007"
+    assert (
+        AvsimArtifactsLink().get_link(op, ti_key=None)
+        == f"/team-a/avsim/runs/{KEY}/files/cases/case-00007/simulate/"
+    )
     unrendered = LocalPhaseOperator(task_id="t", phase="simulate", case="{{ x }}", run="{{ y }}")
-    assert AvsimCaseLink().get_link(unrendered, ti_key=None) == ""
-    assert [link.name for link in PHASE_LINKS] == ["avsim case", "avsim artifacts"]
-    assert [link.xcom_key for link in PHASE_LINKS] == ["_link_AvsimCaseLink", "_link_AvsimArtifactsLink"]
+    assert AvsimArtifactsLink().get_link(unrendered, ti_key=None) == ""
+    assert [link.xcom_key for link in PHASE_LINKS] == ["_link_AvsimArtifactsLink"]
+    assert (
+        LocalPhaseOperator.operator_extra_links == KubernetesPhaseOperator.operator_extra_links == PHASE_LINKS
+    )
+    tabs = {v["name"]: v for v in AvsimPlugin.external_views}
+    assert tabs["avsim case"]["destination"] == "task_instance"
+    assert (
+        tabs["avsim case"]["href"] == "/avsim/dags/{DAG_ID}/runs/{RUN_ID}/tasks/{TASK_ID}/mapped/{MAP_INDEX}"
+    )
 
 
 def test_an_operator_with_the_links_serializes_them_for_the_ui() -> None:
@@ -234,9 +247,6 @@ def test_an_operator_with_the_links_serializes_them_for_the_ui() -> None:
         LinkedPhase(task_id="simulate", phase="simulate", case={"case_id": "c"}, run={"run_key": KEY})
     data = DagSerialization.to_dict(dag)
     [task] = data["dag"]["tasks"]
-    assert task["__var"]["_operator_extra_links"] == {
-        "avsim case": "_link_AvsimCaseLink",
-        "avsim artifacts": "_link_AvsimArtifactsLink",
-    }
+    assert task["__var"]["_operator_extra_links"] == {"avsim artifacts": "_link_AvsimArtifactsLink"}
     back = DagSerialization.from_dict(data)
-    assert sorted(back.get_task("simulate").extra_links) == ["avsim artifacts", "avsim case"]
+    assert back.get_task("simulate").extra_links == ["avsim artifacts"]

@@ -1,4 +1,9 @@
-"""Extra links of a phase task instance: its case's page and its artifacts, in the avsim app.
+"""The extra link of a phase task instance: its artifacts, in the avsim app.
+
+Its case's page is the plugin's *avsim case* tab of every task instance (``avsim.plugin``): a tab
+costs nothing per task, while Airflow stores each extra link as an XCom when a try ends (one
+execution-API call and one XCom row per link and phase execution, 50,000 a week), so a link that
+opened the same page as the tab was dropped.
 
 Airflow 3 evaluates ``get_link`` in the worker when the task instance ends (whatever its state)
 and stores the URL as an XCom (``_link_<class name>``); the UI reads that XCom. So a link is
@@ -42,16 +47,6 @@ def _identity(operator: Any) -> tuple[str, str, str] | None:
     return str(key), str(case_id), str(phase)
 
 
-class AvsimCaseLink(BaseOperatorLink):
-    """The case's page: its phases, attempts, outcomes and artifacts."""
-
-    name = "avsim case"
-
-    def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        found = _identity(operator)
-        return urls.case_page(found[0], found[1], _base_path()) if found else ""
-
-
 class AvsimArtifactsLink(BaseOperatorLink):
     """The artifacts of every attempt of this phase of this case."""
 
@@ -63,4 +58,4 @@ class AvsimArtifactsLink(BaseOperatorLink):
 
 
 #: What a phase operator declares: ``operator_extra_links = PHASE_LINKS``.
-PHASE_LINKS = (AvsimCaseLink(), AvsimArtifactsLink())
+PHASE_LINKS = (AvsimArtifactsLink(),)
