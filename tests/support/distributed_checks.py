@@ -378,12 +378,17 @@ def check_pages_for_the_viewer(stack: DistributedStack, week_run_id: str) -> lis
     )
     links = call(stack, "GET", links_path, VIEWER)["extra_links"]
     assert list(links) == ["avsim artifacts"] and links["avsim artifacts"], links
-    # The task instance's "avsim case" tab (the plugin's view of it) leads to its case page.
+    # The task instance's "avsim case" tab (the plugin's view of it) redirects to its case page.
     tab = (
         f"/avsim/dags/{phase.dag_id}/runs/{urllib.parse.quote(phase.run_id, safe='')}/tasks/"
         f"{urllib.parse.quote(phase.task_id, safe='')}/mapped/{phase.map_index}"
     )
-    urls = [links["avsim artifacts"], tab]
+    status, body, headers = request(stack, "GET", tab, login=VIEWER, accept="text/html")
+    location = {k.lower(): v for k, v in headers.items()}.get("location", "")
+    assert status == 307 and "/avsim/runs/" in location and "/cases/" in location, (tab, status, body[:300])
+    status, _, _ = request(stack, "GET", tab, accept="text/html")
+    assert status in (401, 403), f"{tab} without a login: HTTP {status}"
+    urls = [links["avsim artifacts"], location]
     for url in urls:
         path = urllib.parse.urlparse(url).path
         status, body, _ = request(stack, "GET", path, login=VIEWER, accept="text/html")
