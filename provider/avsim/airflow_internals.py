@@ -17,6 +17,16 @@ import threading
 from contextlib import AbstractContextManager
 from typing import Any
 
+#: The least time a trigger of avsim waits, from its start, before it fires an event that resumes its
+#: task in a worker. Airflow 3.3.2's scheduler fails a task instance whose trigger fired before the
+#: scheduler processed the exit of the try that deferred, once the resumed try is already queued or
+#: running ("finished with state success, but the task instance's state attribute is queued");
+#: that exit reaches the scheduler up to ``[workers] min_heartbeat_interval`` (5 s) after the task
+#: process ended, plus a scheduler loop. Airflow guards only the ``scheduled`` case (apache/airflow
+#: #66374; the queued and running cases are #67287 and #72716, fixed after 3.3.2). Phases and shard
+#: runs last minutes, so the wait costs nothing in production.
+RESUME_AFTER_DEFER_MIN_SECONDS = 15.0
+
 #: Model -> the columns avsim's SQL reads (ui/, deadline/, pools, priority).
 RELIED_ON: dict[str, tuple[str, ...]] = {
     "TaskInstance": (

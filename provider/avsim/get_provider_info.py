@@ -49,6 +49,7 @@ def get_provider_info() -> dict[str, Any]:
                     "avsim.triggers.phase_pod",
                     "avsim.operators.pass_commit",
                     "avsim.triggers.canary",
+                    "avsim.triggers.shard_run",
                 ],
             }
         ],

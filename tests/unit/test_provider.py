@@ -94,7 +94,7 @@ def test_provider_info_lists_every_operator_sensor_trigger_hook_and_link_present
     assert listed == found
     assert set(info["extra-links"]) == links
     # The walk found what this provider is known to have (a broken walk must not pass vacuously).
-    assert {"avsim.triggers.phase_pod", "avsim.triggers.canary"} <= found["triggers"]
+    assert {"avsim.triggers.phase_pod", "avsim.triggers.canary", "avsim.triggers.shard_run"} <= found["triggers"]
     assert "avsim.sensors.canary_gate" in found["sensors"]
     assert "avsim.operators.kubernetes" in found["operators"]
     assert "avsim.ui.links.AvsimArtifactsLink" in links

@@ -78,15 +78,20 @@ class ShardRunOperator(TriggerDagRunOperator):
         run_id = str(self.trigger_run_id)
         ti = context["ti"]
         if ti.get_dr_count(dag_id=self.trigger_dag_id, run_ids=[run_id]):
-            from airflow.providers.standard.triggers.external_task import DagStateTrigger
+            from avsim.triggers.shard_run import ShardRunTrigger
 
             state = ti.get_dagrun_state(dag_id=self.trigger_dag_id, run_id=run_id)
+            if state in self.allowed_states:
+                # Cleared after its shard run ended well (the try that waited for it was lost or
+                # failed on the way): nothing to wait for.
+                self.log.info("shard run %s exists and ended %s", run_id, state)
+                return self._ended(context, run_id, state)
             if state in self.failed_states:
                 self._repair_in_place(context, run_id)
             else:
                 self.log.info("shard run %s exists (%s): waiting for it", run_id, state)
             self.defer(
-                trigger=DagStateTrigger(
+                trigger=ShardRunTrigger(
                     dag_id=self.trigger_dag_id,
                     states=[*self.allowed_states, *self.failed_states],
                     run_ids=[run_id],
@@ -98,6 +103,20 @@ class ShardRunOperator(TriggerDagRunOperator):
                 timeout=SHARD_WAIT_TIMEOUT,
             )
         return super().execute(context)
+
+    def defer(
+        self, *, trigger: Any, method_name: str, kwargs: dict[str, Any] | None = None, timeout: Any = None
+    ) -> Any:
+        """Wait on :class:`avsim.triggers.shard_run.ShardRunTrigger` where TriggerDagRunOperator
+        waits on Airflow's DagStateTrigger: a shard run that ends within seconds of the wait must
+        not resume this task before the scheduler has seen the try that deferred end."""
+        from airflow.providers.standard.triggers.external_task import DagStateTrigger
+
+        from avsim.triggers.shard_run import ShardRunTrigger
+
+        if type(trigger) is DagStateTrigger:
+            trigger = ShardRunTrigger.waiting_like(trigger)
+        return super().defer(trigger=trigger, method_name=method_name, kwargs=kwargs, timeout=timeout)
 
     def _refuse_if_breaker_open(self) -> None:
         """Start no shard run of a build whose circuit breaker is open: its phases would fail anyway."""
@@ -204,7 +223,13 @@ class ShardRunOperator(TriggerDagRunOperator):
             self.attention_label = verdict.label
             raise ShardNeedsAttention(f"{verdict.line()} (shard run {run_id})")
         super().execute_complete(context, event)  # raises for any other state it does not allow
-        summary = read_json(layout.shard_summary(int(self.shard)))
+        return self._ended(context, run_id, data.get(run_id))
+
+    def _ended(self, context: Any, run_id: str, state: Any) -> dict[str, Any]:
+        """The task's result once its shard run ended in an allowed state: the shard's counts."""
+        from avsim.storage import read_json
+
+        summary = read_json(self.descriptor.layout.shard_summary(int(self.shard)))
         counts = dict(summary.get("counts") or {})
-        self.log.info("shard %s finished: %s", self.shard, counts)
-        return {"shard": int(self.shard), "run_id": str(self.trigger_run_id), "counts": counts}
+        self.log.info("shard %s finished (%s): %s", self.shard, state, counts)
+        return {"shard": int(self.shard), "run_id": run_id, "counts": counts}

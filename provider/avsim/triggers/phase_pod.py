@@ -38,6 +38,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS
 from avsim.kube.pods import classify_pod, is_running, is_terminating, parse_time, pod_lease_age
 
 #: How long a pod may be missing from a synced watch before it counts as gone (creation races).
@@ -78,7 +79,7 @@ class PhasePodTrigger(BaseTrigger):
         in_cluster: bool | None = None,
         check_interval: float = 5.0,
         started_at: str = "",
-        min_wait_seconds: float = 15.0,
+        min_wait_seconds: float = RESUME_AFTER_DEFER_MIN_SECONDS,
         deadline_seconds: float = 0.0,
     ) -> None:
         super().__init__()
@@ -151,11 +152,8 @@ class PhasePodTrigger(BaseTrigger):
             event = await self._wait()
         except Exception as exc:  # an event, never an exception: the operator decides what it means
             event = self._event("error", message=f"{type(exc).__name__}: {exc}")
-        # Never fire within min_wait_seconds of deferring: Airflow 3.3.2 fails a task instance that
-        # resumes and starts running before the scheduler has processed the exit of the try that
-        # deferred ("finished with state success, but the task instance's state attribute is
-        # running"), which a pod done in a second or two on a busy scheduler triggers. Phases last
-        # minutes, so this costs nothing in production.
+        # Never fire within min_wait_seconds of deferring: a task resumed sooner can be failed by
+        # Airflow's scheduler (avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS says why).
         await asyncio.sleep(max(0.0, self.min_wait_seconds - (time.monotonic() - began)))
         ended = await self.end_here(event)
         if ended is not None:

@@ -1,0 +1,52 @@
+"""The trigger a ``shards`` (or ``canary``) task waits on: its shard run's end.
+
+:class:`ShardRunTrigger` is Airflow's ``DagStateTrigger`` (the standard provider's wait for a DAG
+run to reach a state) that never fires within ``min_wait_seconds`` of its start. A shard run that
+ends within seconds of the wait (a repaired shard whose few failed cases rerun quickly, a small
+shard) would otherwise resume the task before Airflow's scheduler has seen the exit of the try
+that deferred, and Airflow 3.3.2 then fails the task instance
+(:data:`avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS`). Its arguments are
+DagStateTrigger's plus that bound; its classpath comes from ``__module__``/``__qualname__``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.providers.standard.triggers.external_task import DagStateTrigger
+from airflow.triggers.base import TriggerEvent
+
+from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS
+
+
+class ShardRunTrigger(DagStateTrigger):
+    """Fires when the shard run reaches one of ``states``, and not before ``min_wait_seconds``."""
+
+    def __init__(
+        self, *args: Any, min_wait_seconds: float = RESUME_AFTER_DEFER_MIN_SECONDS, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.min_wait_seconds = float(min_wait_seconds)
+
+    @classmethod
+    def waiting_like(cls, trigger: DagStateTrigger) -> ShardRunTrigger:
+        """The same wait as ``trigger`` (built by Airflow's TriggerDagRunOperator), with the bound."""
+        _, kwargs = trigger.serialize()
+        return cls(**kwargs)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        _, kwargs = super().serialize()
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {**kwargs, "min_wait_seconds": self.min_wait_seconds},
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        began = time.monotonic()
+        async for event in super().run():
+            await asyncio.sleep(max(0.0, self.min_wait_seconds - (time.monotonic() - began)))
+            yield event
+            return
