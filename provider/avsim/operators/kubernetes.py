@@ -272,31 +272,30 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
 
         assert self._attempt is not None and self.pod is not None and self._started is not None
         self.convert_config_file_to_dict()
+        wait = dict(
+            pod_name=self.pod.metadata.name,
+            namespace=self.pod.metadata.namespace,
+            attempt=self._attempt.attempt,
+            node_class=self.node_class,
+            lease_seconds=self._attempt.runtime.lease_seconds,
+            startup_timeout=float(self.startup_timeout_seconds),
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            config_dict=pod_config_dict(self),
+            cluster_context=self.cluster_context,
+            in_cluster=self.in_cluster,
+            check_interval=self.lease_check_interval,
+            started_at=self._started.isoformat(),
+            deadline_seconds=self.attempt_deadline_seconds(self._attempt),
+        )
         commit = self._pass_commit(context)
         if commit is not None:
             from avsim.operators.pass_commit import PassCommitTrigger
 
-            trigger_cls: type[PhasePodTrigger] = PassCommitTrigger
-            extra: dict[str, Any] = {"commit": commit}
+            trigger: PhasePodTrigger = PassCommitTrigger(commit=commit, **wait)
         else:
-            trigger_cls, extra = PhasePodTrigger, {}
+            trigger = PhasePodTrigger(**wait)
         self.defer(
-            trigger=trigger_cls(
-                **extra,
-                pod_name=self.pod.metadata.name,
-                namespace=self.pod.metadata.namespace,
-                attempt=self._attempt.attempt,
-                node_class=self.node_class,
-                lease_seconds=self._attempt.runtime.lease_seconds,
-                startup_timeout=float(self.startup_timeout_seconds),
-                kubernetes_conn_id=self.kubernetes_conn_id,
-                config_dict=pod_config_dict(self),
-                cluster_context=self.cluster_context,
-                in_cluster=self.in_cluster,
-                check_interval=self.lease_check_interval,
-                started_at=self._started.isoformat(),
-                deadline_seconds=self.attempt_deadline_seconds(self._attempt),
-            ),
+            trigger=trigger,
             method_name="phase_complete",
             # The resumed task rebuilds its attempt from these instead of reading its upstream XComs again.
             kwargs={"inputs": dict(self._attempt.inputs), "cache_key": self._attempt.cache_key},

@@ -252,7 +252,7 @@ class PhaseLifecycle:
             state="started",
             try_number=int(ti.try_number),
             task_id=self.task_id,
-            round_start=self._round_start(ti),
+            round_start=self.round_start(ti),
             node_class=self.node_class,
             gpus=runtime.gpus,
         )
@@ -276,7 +276,7 @@ class PhaseLifecycle:
         claimed = self.ledger.claim_attempt(template)
         return attempt.with_attempt(claimed.attempt)
 
-    def _round_start(self, ti: Any) -> int:
+    def round_start(self, ti: Any) -> int:
         """The first try of the task's current round (a clear starts a new round with fresh budgets)."""
         max_tries = int(getattr(ti, "max_tries", 0) or 0)
         retries = int(self.retries or 0)
@@ -337,12 +337,11 @@ class PhaseLifecycle:
             output_uri=attempt.output_uri,
             gpus=attempt.runtime.gpus,
             try_number=int(ti.try_number),
-            round_start=self._round_start(ti),
+            round_start=self.round_start(ti),
             result=result,
             started=started,
         )
-        self.ledger.record_attempt(rec)
-        self._observe(rec, attempt.runtime.gpus)
+        self._record_ended(rec, attempt.runtime.gpus)
         if not result.outcome.produced_output:  # a committed result is the task's return value
             self._publish(ti, rec)
         # A result is committed whatever came before it: only a failure's decision reads the round.
@@ -420,9 +419,12 @@ class PhaseLifecycle:
             runner=result.runner,
         )
 
-    def _observe(self, rec: AttemptRecord, gpus: int) -> None:
-        """Metrics of an ended attempt, and the build's breaker (a case's first attempt)."""
+    def _record_ended(self, rec: AttemptRecord, gpus: int) -> None:
+        """Write an ended attempt's record, emit its metrics and feed the build's breaker (a case's
+        first attempt)."""
         from avsim import metrics
+
+        self.ledger.record_attempt(rec)
 
         assert rec.outcome is not None
         res_class = "gpu" if gpus else "cpu"

@@ -56,7 +56,7 @@ def pass_commit(op: PhaseLifecycle, context: Any, attempt: PhaseAttempt, started
         output_uri=attempt.output_uri,
         cache_key=attempt.cache_key,
         try_number=int(ti.try_number),
-        round_start=op._round_start(ti),
+        round_start=op.round_start(ti),
         started_at=started.isoformat(),
     )
 
@@ -79,38 +79,42 @@ class _CommitSide(PhaseLifecycle):
         self.reuse_outputs = True
         self.log = log
 
+    def commit_passed(self, result: AttemptResult) -> dict[str, Any]:
+        plan = self.plan
+        if result.outcome is not Outcome.PASSED:
+            raise ValueError(
+                f"{plan.task_id}: the trigger commits passed attempts only, not {result.outcome.value}"
+            )
+        rec = self._ended_record(
+            case_id=str(plan.case["case_id"]),
+            attempt=plan.attempt,
+            output_uri=plan.output_uri,
+            gpus=plan.gpus,
+            try_number=plan.try_number,
+            round_start=plan.round_start,
+            result=result,
+            started=dt.datetime.fromisoformat(plan.started_at),
+        )
+        self._record_ended(rec, plan.gpus)
+        return self._commit(rec, result, plan.cache_key)
+
+    def committed_result(self) -> dict[str, Any] | None:
+        found = self.ledger.outcome(str(self.plan.case["case_id"]), self.phase)
+        if found is None or found.attempt != self.plan.attempt or found.outcome is not Outcome.PASSED:
+            return None
+        return self._xcom(found)
+
 
 def commit_passed(plan: PassCommit, result: AttemptResult) -> dict[str, Any]:
     """Record and commit a passed attempt; return the phase's result (the task instance's return
     value), which is the phase's first commit (an earlier one, if any, wins)."""
-    if result.outcome is not Outcome.PASSED:
-        raise ValueError(
-            f"{plan.task_id}: the trigger commits passed attempts only, not {result.outcome.value}"
-        )
-    side = _CommitSide(plan)
-    rec = side._ended_record(
-        case_id=str(plan.case["case_id"]),
-        attempt=plan.attempt,
-        output_uri=plan.output_uri,
-        gpus=plan.gpus,
-        try_number=plan.try_number,
-        round_start=plan.round_start,
-        result=result,
-        started=dt.datetime.fromisoformat(plan.started_at),
-    )
-    side.ledger.record_attempt(rec)
-    side._observe(rec, plan.gpus)
-    return side._commit(rec, result, plan.cache_key)
+    return _CommitSide(plan).commit_passed(result)
 
 
 def committed_result(plan: PassCommit) -> dict[str, Any] | None:
     """The phase's result when ``plan``'s attempt already committed it (a trigger that runs again after
     it committed), else None."""
-    side = _CommitSide(plan)
-    found = side.ledger.outcome(str(plan.case["case_id"]), plan.phase)
-    if found is None or found.attempt != plan.attempt or found.outcome is not Outcome.PASSED:
-        return None
-    return side._xcom(found)
+    return _CommitSide(plan).committed_result()
 
 
 class PassCommitTrigger(PhasePodTrigger):
