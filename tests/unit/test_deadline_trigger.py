@@ -122,7 +122,9 @@ def _collect(trigger: DeadlineTrackerTrigger, limit: int = 10) -> list[dict[str,
 
 
 def _trigger(tracked: TrackedRun, counts: ScriptedCounts, **kwargs: Any) -> DeadlineTrackerTrigger:
-    trigger = DeadlineTrackerTrigger(run=tracked.to_json(), phases=PHASES, interval_seconds=0.01, **kwargs)
+    trigger = DeadlineTrackerTrigger(
+        run=tracked.to_json(), phases=PHASES, interval_seconds=0.01, min_wait_seconds=0, **kwargs
+    )
     trigger.counts = counts  # the execution API's place (see the module doc)
     return trigger
 
@@ -183,6 +185,19 @@ def test_the_window_task_ending_also_ends_tracking(tracked: TrackedRun) -> None:
     )
     assert [e["status"] for e in _collect(_trigger(tracked, counts))] == ["done"]
     assert counts.index == 1
+
+
+def test_an_event_found_at_once_fires_no_sooner_than_the_bound(tracked: TrackedRun) -> None:
+    """The sensor defers again after acting; an end found on the first pass still waits the bound,
+    so the sensor is not resumed before Airflow's scheduler saw its deferring try end."""
+    import time
+
+    write_json(tracked.layout.plan_uri, _plan_doc(dt.datetime.now(dt.UTC) + dt.timedelta(hours=3)))
+    trigger = _trigger(tracked, ScriptedCounts(tracked, [{"runs_finished": 3, "phases": DONE}]))
+    trigger.min_wait_seconds = 0.5
+    began = time.monotonic()
+    assert [e["status"] for e in _collect(trigger)] == ["done"]
+    assert time.monotonic() - began >= 0.5
 
 
 def test_late_estimate_hands_the_gpus_needed_to_the_sensor(tracked: TrackedRun) -> None:
@@ -342,7 +357,9 @@ def test_a_week_that_ends_between_passes_ends_tracking_without_waiting_the_inter
             {"runs_finished": 3, "phases": DONE},  # end check: the week ended; then the last pass
         ],
     )
-    trig = DeadlineTrackerTrigger(run=tracked.to_json(), phases=PHASES, interval_seconds=3600)
+    trig = DeadlineTrackerTrigger(
+        run=tracked.to_json(), phases=PHASES, interval_seconds=3600, min_wait_seconds=0
+    )
     trig.counts = counts
     events = _collect(trig)
     assert [e["status"] for e in events] == ["done"]

@@ -26,6 +26,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS
 from avsim.deadline.tracking import (
     ExecutionApiCounts,
     PhaseTasks,
@@ -52,6 +53,8 @@ class DeadlineTrackerTrigger(BaseTrigger):
     :param act_above_gpus: fire ``late`` when the GPUs needed exceed this; None: never (record only).
     :param action: what the tracker last did, for the documents (the UI shows it).
     :param max_failed_passes: consecutive failed passes before the trigger gives up with an error event.
+    :param min_wait_seconds: no event fires sooner after the trigger starts: the sensor resumed sooner
+        could be failed by Airflow's scheduler (:data:`avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS`).
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class DeadlineTrackerTrigger(BaseTrigger):
         act_above_gpus: int | None = None,
         action: str = "none",
         max_failed_passes: int = 3,
+        min_wait_seconds: float = RESUME_AFTER_DEFER_MIN_SECONDS,
     ) -> None:
         super().__init__()
         self.run_info = dict(run)
@@ -73,6 +77,7 @@ class DeadlineTrackerTrigger(BaseTrigger):
         self.act_above_gpus = act_above_gpus
         self.action = action
         self.max_failed_passes = int(max_failed_passes)
+        self.min_wait_seconds = float(min_wait_seconds)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -85,6 +90,7 @@ class DeadlineTrackerTrigger(BaseTrigger):
                 "act_above_gpus": self.act_above_gpus,
                 "action": self.action,
                 "max_failed_passes": self.max_failed_passes,
+                "min_wait_seconds": self.min_wait_seconds,
             },
         )
 
@@ -97,6 +103,13 @@ class DeadlineTrackerTrigger(BaseTrigger):
         return TriggerEvent({"status": "error", "message": message})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        began = time.monotonic()
+        async for event in self._events():
+            await asyncio.sleep(max(0.0, self.min_wait_seconds - (time.monotonic() - began)))
+            yield event
+            return
+
+    async def _events(self) -> AsyncIterator[TriggerEvent]:
         try:
             tracked = TrackedRun.from_json(self.run_info)
             phases = {k: PhaseTasks.from_json(k, v) for k, v in self.phases.items()}
