@@ -193,3 +193,21 @@ def test_write_report(tmp_path: Path) -> None:
     assert "c-inf" in page
     assert '<img src="durations.svg"' in page and '<img src="failures.svg"' in page
     assert '<a href="cases.csv">' in page
+
+
+def test_a_stopped_week_s_report_makes_no_pace_claim() -> None:
+    """Issue 31: 20 of 400 cases finished when the canary gate stopped the week; "ahead by 17.4" was false."""
+    progress = {
+        "start": "2026-12-07T06:00:00+00:00",
+        "now": "2026-12-07T06:05:00+00:00",
+        "planned_cases": 400,
+        "finished_cases": 20,
+        "planned_by_now": 2.6,
+        "ahead_by_cases": 17.4,
+        "peak_gpus": 1,
+    }
+    stopped = render_html({**report(), "progress": progress})
+    assert 'id="progress-note"' in stopped and "20 of 400 cases finished" in stopped
+    assert "ahead" not in stopped and "planned pace by then" not in stopped
+    done = {**progress, "finished_cases": 400, "ahead_by_cases": 397.4}
+    assert "ahead by 397.40 cases" in render_html({**report(), "progress": done})

@@ -153,3 +153,32 @@ def test_the_report_plot_draws_both_panels() -> None:
     svg = render_plots([], 4, None, t)["progress.svg"]
     for words in ("cases finished", "planned pace", "deadline", "GPUs busy"):
         assert words in svg
+
+
+def test_the_time_axis_spans_the_data_and_reaches_a_deadline_only_when_near() -> None:
+    from avsim.report.plots import time_axis
+
+    five = T0 + dt.timedelta(minutes=5)
+    far = time_axis(T0, five, five + dt.timedelta(hours=7, minutes=55))
+    assert (far.start, far.end, far.deadline_on_axis) == (T0, five, False)
+    assert far.deadline_note == "deadline in 7 h 55 min →"
+    ended = time_axis(T0, five, five + dt.timedelta(days=3, hours=4, minutes=10), ended=True)
+    assert ended.deadline_note == "deadline 3 d 4 h later →"
+    near = time_axis(T0, h(2), h(3))  # an hour beyond two hours of data: on the axis
+    assert (near.end, near.deadline_on_axis, near.deadline_note) == (h(3), True, "")
+    passed = time_axis(T0, h(2), h(1))  # a deadline already passed lies within the data
+    assert (passed.end, passed.deadline_on_axis) == (h(2), True)
+    assert time_axis(T0, T0, None).end == T0 + dt.timedelta(minutes=1)
+
+
+def test_the_report_plot_of_a_five_minute_week_notes_a_far_deadline() -> None:
+    """Issue 31: the report's chart ran to the deadline too (matplotlib's axvline stretched the axis)."""
+    minutes = [T0 + dt.timedelta(minutes=m) for m in range(6)]
+    spans = [Span(f"c{i}", "simulate", minutes[i], minutes[i + 1], 1) for i in range(5)]
+    deadline = minutes[5] + dt.timedelta(hours=8)
+    t = build_timeline(spans, {f"c{i}" for i in range(5)}, PlanLine(400, deadline), minutes[5])
+    svg = render_plots([], 400, deadline.isoformat(), t)["progress.svg"]
+    assert "deadline 8 h 0 min later →" in svg
+    rows = [{"finished_at": m.isoformat()} for m in minutes[1:]]
+    fallback = render_plots(rows, 400, deadline.isoformat())["progress.svg"]
+    assert "deadline 8 h 0 min later →" in fallback

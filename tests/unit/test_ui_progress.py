@@ -54,7 +54,15 @@ def test_cases_by_status_and_class_equal_the_truth(world: Any) -> None:
         truth.status["waiting"],
     )
     assert cases["by_class"] == dict(truth.done_by_class)
-    assert cases["failed"] == sum(n for c, n in truth.done_by_class.items() if c != "passed")
+    # Failed scenarios are results: counted apart, never in the count of cases that need attention.
+    assert cases["attention"] == sum(
+        n for c, n in truth.done_by_class.items() if c not in ("passed", "scenario_failed")
+    )
+    assert cases["results"] == {
+        "passed": truth.done_by_class["passed"],
+        "scenario_failed": truth.done_by_class["scenario_failed"],
+    }
+    assert cases["not_started"] == 0 and cases["stopped_because"] == "", "the week is running"
     assert set(truth.done_by_class) >= {"passed", "scenario_failed", "infra_failed"}
 
 
@@ -105,6 +113,7 @@ def test_gpu_hours_shards_and_documents(world: Any) -> None:
     assert doc["manifest"]["build_id"] == "sim-2026.50.1" and doc["manifest"]["manifest_sha256"] == "d" * 64
     assert doc["deadline"]["available"] is False and doc["deadline"]["deadline"] == "2026-12-13T18:00:00Z"
     assert doc["canary"]["available"] is False, "no canary gate decision in the artifact store"
+    assert doc["canary"]["state"] == "waiting" and doc["canary"]["message"] == "no canary gate decision yet"
     assert doc["breaker"]["available"] is False
     assert doc["run"]["tasks"] == {"prepare": {"success": 1}}
 

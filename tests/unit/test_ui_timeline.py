@@ -7,6 +7,8 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from avsim.artifacts import RunLayout
 from avsim.report.timeline import PlanLine, Span, build_timeline
 from avsim.ui.timeline import TimelineCache, timeline_doc, timeline_svg
@@ -48,3 +50,41 @@ def test_the_cache_recomputes_only_after_its_ttl(tmp_path: Path) -> None:
     )
     assert cache.get(layout).empty, "cached"
     assert not TimelineCache(ttl=0).get(layout).empty
+
+
+def _deadline_marks(svg: str) -> tuple[list[ET.Element], list[ET.Element]]:
+    root = ET.fromstring(svg)
+    marks = [el for el in root.iter() if el.get("data-series") == "deadline"]
+    return [m for m in marks if m.tag.endswith("line")], [m for m in marks if m.tag.endswith("text")]
+
+
+def test_a_five_minute_week_fills_the_axis_and_a_far_deadline_is_an_annotation() -> None:
+    """Issue 31: the axis ran to the deadline 8 hours away, so 5 minutes of data were a vertical line."""
+    minutes = [T0 + dt.timedelta(minutes=m) for m in range(6)]
+    spans = [Span(f"c{i}", "s", minutes[i], minutes[i + 1], 1) for i in range(5)]
+    now = minutes[5]
+    t = build_timeline(
+        spans, {f"c{i}" for i in range(5)}, PlanLine(400, now + dt.timedelta(hours=7, minutes=55)), now
+    )
+    svg = timeline_svg(t)
+    lines, notes = _deadline_marks(svg)
+    assert not lines and [n.text for n in notes] == ["deadline in 7 h 55 min →"]
+    root = ET.fromstring(svg)
+    finished = next(el for el in root.iter() if el.get("data-series") == "finished")
+    xs = [float(p.split(",")[0]) for p in str(finished.get("points")).split()]
+    assert min(xs) == 52.0 and max(xs) == 720 - 12, "the data spans the whole axis"
+    # The planned pace is drawn up to the axis' end, where it reaches 5 min / 8 h of 400 cases.
+    planned = next(el for el in root.iter() if el.get("data-series") == "planned")
+    (x0, _y0), (x1, y1) = [tuple(map(float, p.split(","))) for p in str(planned.get("points")).split()]
+    assert (x0, x1) == (52.0, 708.0) and y1 == pytest.approx(10 + 120 * (1 - 400 * 5 / 480 / 400), abs=0.1)
+
+
+def test_a_near_deadline_is_drawn_on_the_axis() -> None:
+    spans = [Span("a", "s", h(0), h(2), 1)]
+    t = build_timeline(spans, {"a"}, PlanLine(10, h(3)), h(2.5))
+    lines, notes = _deadline_marks(timeline_svg(t))
+    assert len(lines) == 1 and [n.text for n in notes] == ["deadline"]
+    assert float(lines[0].get("x1") or 0) == 720 - 12, "the deadline ends the axis"
+    # A deadline already passed lies within the data: on the axis too.
+    lines, _ = _deadline_marks(timeline_svg(build_timeline(spans, {"a"}, PlanLine(10, h(1)), h(2.5))))
+    assert len(lines) == 1 and 52 < float(lines[0].get("x1") or 0) < 708

@@ -154,10 +154,14 @@ def _progress_note(progress: Mapping[str, Any]) -> str:
     if not progress or not progress.get("start"):
         return ""
     ahead = progress.get("ahead_by_cases")
+    planned, finished = progress.get("planned_cases"), progress.get("finished_cases")
+    # A week that ended with cases unfinished (stopped by the canary gate, say) is not "ahead":
+    # the report makes no pace claim for it, as the run page makes none for an ended run.
+    stopped = isinstance(planned, int) and isinstance(finished, int) and finished < planned
     pace = (
         f" · planned pace by then {_fmt(progress.get('planned_by_now'))} "
         f"({'ahead' if ahead >= 0 else 'behind'} by {_fmt(abs(ahead))} cases)"
-        if isinstance(ahead, int | float)
+        if isinstance(ahead, int | float) and not stopped
         else ""
     )
     defs: Mapping[str, Any] = progress.get("definitions") or {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from avsim.phases.contract import Outcome
@@ -28,6 +29,55 @@ COLOURS = {
 }
 _PASSED, _ALARM = Outcome.PASSED.value, Outcome.INFRA_FAILED.value
 PLOTS = {"progress": "progress.svg", "durations": "durations.svg", "failures": "failures.svg"}
+#: A deadline at most this share of the data's span beyond its end is drawn on the time axis;
+#: one further ahead is an annotation at the axis' right edge ("deadline in 7 h 55 min →").
+NEAR_DEADLINE_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class TimeAxis:
+    """The time axis of a progress chart: scaled to the data, the deadline on it only when near."""
+
+    start: dt.datetime
+    end: dt.datetime
+    deadline: dt.datetime | None
+    #: The deadline lies within the axis (drawn as a line); else it is an annotation.
+    deadline_on_axis: bool
+    #: The run has ended: the axis ends with it, and the annotation says "later", not "in".
+    ended: bool = False
+
+    @property
+    def deadline_note(self) -> str:
+        """The annotation of a deadline beyond the axis (empty when it is on the axis or unknown)."""
+        if self.deadline is None or self.deadline_on_axis:
+            return ""
+        ahead = _duration(self.deadline - self.end)
+        return f"deadline {ahead} later →" if self.ended else f"deadline in {ahead} →"
+
+
+def time_axis(
+    start: dt.datetime, data_end: dt.datetime, deadline: dt.datetime | None, *, ended: bool = False
+) -> TimeAxis:
+    """The axis from ``start`` to ``data_end`` (the last point, or now), stretched to the deadline
+    only when it lies at most :data:`NEAR_DEADLINE_SHARE` of the data's span beyond it."""
+    end = max(data_end, start + dt.timedelta(minutes=1))
+    if deadline is None:
+        return TimeAxis(start, end, None, False, ended)
+    if deadline <= end:
+        return TimeAxis(start, end, deadline, deadline >= start, ended)
+    if deadline - end <= (end - start) * NEAR_DEADLINE_SHARE:
+        return TimeAxis(start, deadline, deadline, True, ended)
+    return TimeAxis(start, end, deadline, False, ended)
+
+
+def _duration(delta: dt.timedelta) -> str:
+    """``3 d 4 h``, ``7 h 55 min`` or ``12 min``: the two largest units, rounded to the minute."""
+    minutes = max(0, round(delta.total_seconds() / 60))
+    days, rest = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    return f"{hours} h {mins} min" if hours else f"{mins} min"
 
 
 def _pyplot() -> Any:
@@ -62,9 +112,9 @@ def progress_svg(
     ax.step(xs, ys, where="post", color=COLOURS[_PASSED], linewidth=1.6, label="cases finished")
     if planned:
         ax.axhline(planned, color="#5b6475", linestyle="--", linewidth=1, label=f"planned ({planned:,})")
-    due = parse_time(deadline)
-    if due is not None and due - times[-1] < dt.timedelta(days=14):
-        ax.axvline(due, color=COLOURS[_ALARM], linestyle=":", linewidth=1.4, label="deadline")
+    axis = time_axis(times[0], times[-1], parse_time(deadline), ended=True)
+    _deadline_mark(ax, axis, label="deadline")
+    ax.set_xlim(axis.start, axis.end)
     ax.set_ylabel("cases finished")
     ax.set_xlabel("time (UTC)")
     ax.set_ylim(bottom=0)
@@ -74,8 +124,29 @@ def progress_svg(
     return _svg(fig)
 
 
-def timeline_svg(timeline: Timeline) -> str | None:
-    """Cases finished against the planned pace and the deadline (top), GPUs busy (bottom)."""
+def _deadline_mark(ax: Any, axis: TimeAxis, label: str | None = None) -> None:
+    """The deadline as a line on the axis when near, else (with a ``label``) a note at its right edge."""
+    if axis.deadline_on_axis and axis.deadline is not None:
+        ax.axvline(axis.deadline, color=COLOURS[_ALARM], linestyle=":", linewidth=1.4, label=label)
+    elif axis.deadline_note and label:
+        ax.annotate(
+            axis.deadline_note,
+            xy=(1.0, 1.0),
+            xycoords="axes fraction",
+            xytext=(-4, -12),
+            textcoords="offset points",
+            ha="right",
+            color=COLOURS[_ALARM],
+            fontsize=9,
+        )
+
+
+def timeline_svg(timeline: Timeline, ended: bool = True) -> str | None:
+    """Cases finished against the planned pace and the deadline (top), GPUs busy (bottom).
+
+    The time axis spans the data (:func:`time_axis`): a deadline far beyond it is a note, not a
+    stretch of empty axis. ``ended``: the run is over (the report is written at its end).
+    """
     if timeline.empty or not (timeline.finished or timeline.gpus_busy):
         return None
     plt = _pyplot()
@@ -90,10 +161,12 @@ def timeline_svg(timeline: Timeline) -> str | None:
         top.plot(xs, ys, color="#5b6475", linestyle="--", linewidth=1, label="planned pace")
     if timeline.planned_cases:
         top.axhline(timeline.planned_cases, color="#b7bcc6", linewidth=0.8)
-    if timeline.deadline is not None:
-        for ax in (top, bottom):
-            ax.axvline(timeline.deadline, color=COLOURS[_ALARM], linestyle=":", linewidth=1.4)
-        top.plot([], [], color=COLOURS[_ALARM], linestyle=":", label="deadline")
+    assert timeline.start is not None
+    last = [timeline.now, *(t for t, _ in timeline.finished), *(t for t, _ in timeline.gpus_busy)]
+    axis = time_axis(timeline.start, max(last), timeline.deadline, ended=ended)
+    _deadline_mark(top, axis, label="deadline")
+    _deadline_mark(bottom, axis)
+    top.set_xlim(axis.start, axis.end)
     top.set_ylabel("cases")
     top.set_ylim(bottom=0)
     top.grid(alpha=0.3)

@@ -34,6 +34,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .passed{color:#1c7c3c}.scenario_failed{color:#b35c00}.bad_input{color:#a1127b}
 .infra_failed,.failed,.upstream_failed,.not_run{color:#c0262d}.preempted{color:#6a4fb3}.bad_build{color:#5b2a0e}
 .note{color:#5b6475}.warn{color:#c0262d;font-weight:600}.ok{color:#1c7c3c;font-weight:600}
+.card .n.calm{color:#1d2330}.card .n.attention{color:#c0262d}
 code{font-size:12px}
 """
 
@@ -102,6 +103,7 @@ def progress_page(dag_id: str, run_id: str, api_url: str) -> str:
 <h2>Progress over time</h2><div id="timeline"></div><p class="note" id="timeline-note"></p>
 <h2>GPU-hours and deadline</h2><div class="cards" id="budget"></div><p class="note" id="deadline-note"></p>
 <h2>Canary and breaker</h2><div id="guards"></div>
+<h2>Run-level phases</h2><div id="run-phases"></div>
 <h2>Shards</h2><p id="shards"></p><p id="repairs" class="note"></p>
 <h2 id="failed-title">Failed cases</h2><div id="failed"></div>
 <p><button id="prev" type="button">previous</button> <button id="next" type="button">next</button>
@@ -121,7 +123,7 @@ let offset = 0;
 const $ = (id) => document.getElementById(id);
 const esc = (v) => String(v ?? "—").replace(/[&<>"']/g, (c) => ({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;","'":"&#39;"}[c]));
 const num = (v) => (v === null || v === undefined) ? "—" : Number(v).toLocaleString("en-US");
-const card = (key, n, label) => `<div class="card" data-count="${esc(key)}"><div class="n ${esc(key)}">${num(n)}</div><div class="l">${esc(label)}</div></div>`;
+const card = (key, n, label, tone) => `<div class="card" data-count="${esc(key)}"><div class="n ${esc(tone ?? key)}">${num(n)}</div><div class="l">${esc(label)}</div></div>`;
 const link = (href, text) => href ? `<a href="${esc(href)}">${esc(text)}</a>` : "—";
 const COLOURS = {passed:"#1c7c3c", scenario_failed:"#b35c00", bad_input:"#a1127b", infra_failed:"#c0262d",
   preempted:"#6a4fb3", bad_build:"#5b2a0e", failed:"#c0262d", upstream_failed:"#e08a8e", not_run:"#b7bcc6"};
@@ -142,8 +144,12 @@ function render(d) {
     link(d.links.report, "weekly report"), link(d.links.cases_csv, "cases.csv"), link(d.links.artifacts, "artifacts"),
   ].join(" · ");
   const c = d.cases;
+  // Failed scenarios are results (neutral); red only for the classes that need an engineer.
   $("cases").innerHTML = card("planned", c.planned, "planned") + card("done", c.done, "done") +
-    card("running", c.running, "running") + card("waiting", c.waiting, "waiting") + card("failed", c.failed, "failed");
+    card("running", c.running, "running") +
+    (c.not_started ? card("not_started", c.not_started, `not started: ${c.stopped_because}`, "calm") : card("waiting", c.waiting, "waiting")) +
+    card("scenario_failed", c.results.scenario_failed, "failed scenarios (results)", "calm") +
+    card("attention", c.attention, "need attention", c.attention ? "attention" : "calm");
   $("classes").innerHTML = Object.entries(c.by_class).map(([k, n]) => card(`class-${k}`, n, k.replace(/_/g, " "))).join("")
     || '<p class="note">No case has finished yet.</p>';
   $("phases").innerHTML = d.phases.length ? `<table><thead><tr><th>phase</th><th>progress</th><th>done</th>
@@ -158,25 +164,32 @@ function render(d) {
     card("gpu-planned", g.planned_hours, "GPU-hours planned") + card("gpus", g.gpus_in_use, "GPUs in use") +
     card("gpus-needed", dl.gpus_needed, "GPUs needed");
   const v = dl.verdict || {state: "none", text: "no estimate yet"};
-  const verdict = `<span class="${v.state === "late" ? "warn" : v.state === "none" ? "note" : "ok"}" data-verdict="${esc(v.state)}">${esc(v.text)}</span>`;
-  $("deadline-note").innerHTML = `deadline <code>${esc(dl.deadline)}</code> · ` + (dl.available && v.state !== "none"
+  const verdict = `<span class="${v.state === "late" ? "warn" : v.state === "none" || v.state === "ended" ? "note" : "ok"}" data-verdict="${esc(v.state)}">${esc(v.text)}</span>`;
+  $("deadline-note").innerHTML = `deadline <code>${esc(dl.deadline)}</code> · ` + (v.state === "ended" ? verdict : dl.available && v.state !== "none"
     ? `estimated finish <code>${esc(dl.estimated_finish)}</code> (${verdict}) · action <code>${esc(dl.action)}</code> · as of <code>${esc(dl.at)}</code>`
     : `estimated finish: ${verdict}` + (dl.available ? ` · as of <code>${esc(dl.at)}</code>` : ` <span class="note">(${esc(dl.message)})</span>`)) + (g.spent_of_planned !== null ? ` · ${(100 * g.spent_of_planned).toFixed(1)}% of planned GPU-hours spent` : "");
   const tl = d.timeline || {};
   $("timeline").innerHTML = tl.available ? tl.svg : '<p class="note">No attempt has started yet.</p>';
   $("timeline-note").innerHTML = tl.available ? `${num(tl.finished_cases)} of ${num(tl.planned_cases)} cases finished` +
-    (tl.planned_by_now !== null ? ` · planned pace by now ${num(tl.planned_by_now)} (${tl.ahead_by_cases >= 0
+    (tl.ended ? ` · <span data-pace="ended">the run ended ${esc(run.state)}: no pace claim</span>` : "") +
+    (!tl.ended && tl.planned_by_now !== null ? ` · planned pace by now ${num(tl.planned_by_now)} (${tl.ahead_by_cases >= 0
       ? `<span class="ok">ahead by ${num(tl.ahead_by_cases)}</span>` : `<span class="warn">behind by ${num(-tl.ahead_by_cases)}</span>`})` : "") +
     ` · at most ${num(tl.peak_gpus)} GPUs busy at once. Finished: ${esc(tl.definitions.finished)}; planned pace: ${esc(tl.definitions.planned)}.`
     : esc(tl.message || "");
   const cn = d.canary, br = d.breaker;
   const canary = cn.available ? `<b class="${cn.state === "failed" ? "warn" : cn.state === "passed" ? "ok" : ""}" data-canary="${esc(cn.state)}">${esc(cn.state)}</b>
       (${num(cn.finished)} / ${num(cn.cases)} cases finished, failure rate ${esc(cn.rate)} against ${esc(cn.threshold)}) ${esc(cn.message || "")}`
-    : `<span data-canary="none">not available</span> <span class="note">(${esc(cn.message)})</span>`;
+    : `<span data-canary="${esc(cn.state || "none")}">${esc(cn.message)}</span>`;
   const breaker = br.available ? `<b class="${br.state === "open" ? "warn" : "ok"}" data-breaker="${esc(br.state)}">${esc(br.state)}</b>
       (${num(br.failures)} failures in ${num(br.finished)}, threshold ${esc(br.threshold)}) ${esc(br.reason || "")}`
     : `<span data-breaker="none">no record</span> <span class="note">(${esc(br.message)})</span>`;
   $("guards").innerHTML = `<p>canary: ${canary}${cn.run ? " · " + link(cn.run.url, "canary run") : ""}</p><p>breaker of the build: ${breaker}</p>`;
+  const rl = d.run_phases || [];
+  $("run-phases").innerHTML = rl.length ? `<table id="run-phase-table"><thead><tr><th>phase</th><th>state</th><th>task</th><th></th></tr></thead><tbody>` +
+    rl.map((r) => `<tr data-run-phase="${esc(r.phase)}" data-shown="${esc(r.shown)}"><td>${esc(r.phase)}</td>
+      <td class="${r.attention ? "warn" : r.shown === "passed" ? "passed" : "note"}">${esc(String(r.shown).replace(/_/g, " "))}</td>
+      <td>${esc(r.task_state)}</td><td>${esc(r.text)}</td></tr>`).join("") + "</tbody></table>"
+    : '<p class="note">This week has no run-level phase.</p>';
   const s = d.shards;
   $("shards").innerHTML = `${num(s.done)} done · ${num(s.running)} running · ${num(s.queued)} queued · ${num(s.not_started)} not started of ${num(s.planned)}` +
     (s.active.length ? " · active: " + s.active.map((r) => link(r.url, `shard ${r.shard}`)).join(", ") : "");
@@ -184,7 +197,8 @@ function render(d) {
   $("repairs").innerHTML = rp.length ? `<b data-repaired="${rp.length}">repaired in place</b>: ` + rp.map((r) =>
     `shard ${esc(r.shard)} (try ${esc(r.parent_try)} of its shards task, ${esc(r.at)}, ${num(r.cleared)} task instances cleared)`).join("; ") : "";
   const f = d.failed;
-  $("failed-title").textContent = `Failed cases (${f.total.toLocaleString("en-US")})`;
+  $("failed-title").textContent = `Failed phases (${f.total.toLocaleString("en-US")}: ${num(f.attention)} need attention, ` +
+    `${num(f.total - f.attention)} failed scenarios)`;
   $("failed").innerHTML = f.items.length ? `<table id="failed-table"><thead><tr><th>case</th><th>graph</th><th>phase</th><th>class</th>
     <th>try</th><th>ended</th><th>reason</th><th>links</th></tr></thead><tbody>` +
     f.items.map((x) => `<tr data-case="${esc(x.case_id)}"><td>${link(x.links.case, x.case_id)}</td><td>${esc(x.graph)}</td><td>${esc(x.phase)}</td>

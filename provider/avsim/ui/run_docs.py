@@ -1,7 +1,9 @@
 """The small documents a weekly run keeps in the artifact store, read for the page, defensively.
 
 Each reader returns a JSON-ready dict with ``available``: False (and why) when the document does
-not exist (yet) or cannot be read, so the page shows "not available" instead of failing.
+not exist (yet) or cannot be read, so the page shows "not available" instead of failing. The why
+names the document, never its storage path: the page is for engineers watching a week, and the
+store's layout is in docs/design.md.
 """
 
 from __future__ import annotations
@@ -28,15 +30,15 @@ def read_doc(uri: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _missing(what: str, uri: str) -> dict[str, Any]:
-    return {"available": False, "message": f"no {what} yet ({uri})"}
+def _missing(what: str) -> dict[str, Any]:
+    return {"available": False, "message": f"no {what} yet"}
 
 
 def head(layout: RunLayout) -> dict[str, Any]:
     """The run's manifest head: run (name, week, deadline), build, case count."""
     doc = read_doc(layout.head_uri)
     if doc is None:
-        return _missing("manifest snapshot", layout.head_uri)
+        return _missing("manifest snapshot")
     run = doc.get("run") if isinstance(doc.get("run"), Mapping) else {}
     assert isinstance(run, Mapping)
     build = run.get("build") if isinstance(run.get("build"), Mapping) else {}
@@ -57,24 +59,53 @@ def plan(layout: RunLayout) -> dict[str, Any]:
     """What the run plans (``manifest/plan.json``): cases, phases, GPU/CPU seconds, critical path."""
     doc = read_doc(layout.plan_uri)
     if doc is None:
-        return _missing("plan", layout.plan_uri)
-    keys = ("cases", "phases", "gpu_seconds", "cpu_seconds", "critical_path_seconds", "deadline")
+        return _missing("plan")
+    keys = (
+        "cases",
+        "phases",
+        "gpu_seconds",
+        "cpu_seconds",
+        "critical_path_seconds",
+        "deadline",
+        "canary_cases",
+    )
     return {"available": True, **{k: doc.get(k) for k in keys}}
 
 
-def canary(layout: RunLayout) -> dict[str, Any]:
+def canary(
+    layout: RunLayout, head_doc: Mapping[str, Any] | None, plan_doc: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The canary gate's decision; ``off`` when the week has no canary stage, ``waiting`` before it decides."""
     doc = read_doc(layout.canary_gate)
     if doc is None:
-        return _missing("canary gate decision", layout.canary_gate)
+        off = canary_off(head_doc, plan_doc)
+        if off:
+            return {"available": False, "state": "off", "message": f"off for this week: {off}"}
+        return {"available": False, "state": "waiting", "message": "no canary gate decision yet"}
     keys = ("state", "build_id", "digest", "cases", "finished", "failures", "rate", "threshold")
     return {"available": True, **{k: doc.get(k) for k in (*keys, "decided_at", "message")}}
+
+
+def canary_off(head_doc: Mapping[str, Any] | None, plan_doc: Mapping[str, Any]) -> str:
+    """Why the week has no canary stage (the manifest disables it, or the week is canary-sized), else ""."""
+    run = (head_doc or {}).get("run")
+    spec = run.get("canary") if isinstance(run, Mapping) else None
+    if isinstance(spec, Mapping) and spec.get("enabled") is False:
+        return "the manifest disables the canary (run.canary.enabled: false)"
+    if plan_doc.get("available") and plan_doc.get("canary_cases") == 0:
+        cases = plan_doc.get("cases")
+        least = spec.get("min_cases") if isinstance(spec, Mapping) else None
+        size = f"{cases:,} cases" if isinstance(cases, int) else "its cases"
+        floor = f" (canary min_cases {least})" if isinstance(least, int) else ""
+        return f"the week's {size} are no more than a canary{floor}, so they all run at once"
+    return ""
 
 
 def deadline(layout: RunLayout, fallback_deadline: str | None) -> dict[str, Any]:
     """The deadline tracker's newest estimate; without one, the deadline from the manifest."""
     doc = read_doc(layout.deadline_latest)
     if doc is None:
-        out = _missing("finish estimate", layout.deadline_latest)
+        out = _missing("finish estimate")
         out["deadline"] = fallback_deadline
         out["verdict"] = finish_verdict(None)
         return out
@@ -128,8 +159,8 @@ def breaker(root: str, image: str | None, gate_digest: str | None) -> dict[str, 
         if doc is not None:
             keys = ("digest", "build_id", "state", "failures", "finished", "threshold", "opened_at", "reason")
             return {"available": True, **{k: doc.get(k) for k in keys}}
-    where = tried[0] if tried else "no image digest in the manifest"
-    return {"available": False, "state": "closed", "message": f"no breaker record: never tripped ({where})"}
+    where = "" if tried else " (no image digest in the manifest)"
+    return {"available": False, "state": "closed", "message": f"no breaker record: never tripped{where}"}
 
 
 def repairs(layout: RunLayout) -> list[dict[str, Any]]:

@@ -12,10 +12,12 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from html import escape
 from typing import Any
 
 from avsim.artifacts import RunLayout
+from avsim.report.plots import time_axis
 from avsim.report.timeline import Timeline
 from avsim.report.timeline_source import SpanCache, week_timeline
 
@@ -67,12 +69,19 @@ def _steps(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def timeline_svg(t: Timeline) -> str:
-    """The view as one ``<svg>`` element (empty string when nothing ran yet)."""
+def timeline_svg(t: Timeline, ended: bool = False) -> str:
+    """The view as one ``<svg>`` element (empty string when nothing ran yet).
+
+    The time axis spans the data up to now (an ended run's ``now`` is its end): a deadline far
+    beyond it is an annotation at the right edge, a near one a line on the axis
+    (:func:`avsim.report.plots.time_axis`).
+    """
     if t.empty or t.start is None:
         return ""
     start = t.start
-    end = max(t.now, t.deadline or t.now, start + dt.timedelta(minutes=1))
+    last = [t.now, *(w for w, _ in t.finished), *(w for w, _ in t.gpus_busy)]
+    axis = time_axis(start, max(last), t.deadline, ended=ended)
+    end = axis.end
     span = (end - start).total_seconds()
     right = WIDTH - RIGHT
 
@@ -103,9 +112,13 @@ def timeline_svg(t: Timeline) -> str:
         f'<text x="{right}" y="{HEIGHT - 4}" text-anchor="end" fill="#5b6475">{escape(_fmt_time(end))}</text>',
     ]
     if t.planned:
+        # The planned pace up to the axis' end (the deadline may lie beyond it).
+        (w0, n0), (w1, n1) = t.planned[0], t.planned[-1]
+        if w1 > end and w1 > w0:
+            w1, n1 = end, n0 + (n1 - n0) * (end - w0).total_seconds() / (w1 - w0).total_seconds()
         parts.append(
             _polyline(
-                [(x(w), y_case(n)) for w, n in t.planned],
+                [(x(w0), y_case(n0)), (x(w1), y_case(n1))],
                 "#5b6475",
                 ' stroke-dasharray="5 4" data-series="planned"',
             )
@@ -117,12 +130,17 @@ def timeline_svg(t: Timeline) -> str:
     if t.gpus_busy:
         pts = _steps([(x(w), y_gpu(n)) for w, n in t.gpus_busy])
         parts.append(_polyline(pts, "#2f6fb0", ' data-series="gpus"'))
-    if t.deadline is not None:
+    if axis.deadline_note:
+        parts.append(
+            f'<text x="{right - 4}" y="{TOP_Y + 10}" text-anchor="end" fill="#c0262d" '
+            f'data-series="deadline">{escape(axis.deadline_note)}</text>'
+        )
+    elif axis.deadline_on_axis and t.deadline is not None:
         dx = x(t.deadline)
         parts.append(
             f'<line x1="{dx:.1f}" y1="{TOP_Y}" x2="{dx:.1f}" y2="{GPU_Y + GPU_H}" stroke="#c0262d" '
             'stroke-dasharray="2 3" data-series="deadline"/>'
-            f'<text x="{dx - 4:.1f}" y="{TOP_Y + 10}" text-anchor="end" fill="#c0262d">deadline</text>'
+            f'<text x="{dx - 4:.1f}" y="{TOP_Y + 10}" text-anchor="end" fill="#c0262d" data-series="deadline">deadline</text>'
         )
     nx = x(t.now)
     parts.append(
@@ -134,8 +152,25 @@ def timeline_svg(t: Timeline) -> str:
     return "".join(parts)
 
 
-def timeline_doc(t: Timeline) -> dict[str, Any]:
-    """The page's ``timeline``: the figures, what they mean, and the drawing (series left out)."""
+def timeline_doc(
+    t: Timeline, now: dt.datetime | None = None, ended_at: dt.datetime | None = None
+) -> dict[str, Any]:
+    """The page's ``timeline``: the figures, what they mean, and the drawing (series left out).
+
+    ``now``: the request's time (else the timeline's, which may be cached). ``ended_at``: when the
+    run ended (None while it runs): an ended run is drawn up to its end and makes no pace claim
+    (``planned_by_now`` and ``ahead_by_cases`` are None).
+    """
+    until = ended_at if ended_at is not None else now
+    if until is not None and t.start is not None:
+        t = replace(t, now=max(until, t.start))
     doc = t.to_json()
     series = {k: doc.pop(k) for k in ("finished", "planned", "gpus_busy")}
-    return {**doc, "points": {k: len(v) for k, v in series.items()}, "svg": timeline_svg(t)}
+    if ended_at is not None:
+        doc.update(planned_by_now=None, ahead_by_cases=None)
+    return {
+        **doc,
+        "ended": ended_at is not None,
+        "points": {k: len(v) for k, v in series.items()},
+        "svg": timeline_svg(t, ended=ended_at is not None),
+    }

@@ -19,9 +19,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from avsim import airflow_internals
-from avsim.artifacts import RunLayout, run_key_for
+from avsim.artifacts import RUN_LEVEL_CASE, RunLayout, run_key_for
 from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
-from avsim.ui import run_docs, urls
+from avsim.phases.contract import RESULTS, values
+from avsim.ui import ended, run_docs, urls
 from avsim.ui.progress import (
     CASE_CLASSES,
     FAILURE_ORDER,
@@ -32,6 +33,7 @@ from avsim.ui.progress import (
     running_gpu_seconds,
     shard_runs,
 )
+from avsim.verdict import needs_attention
 
 #: Failed cases listed per page, at most.
 MAX_LIMIT = 500
@@ -167,7 +169,14 @@ def _phases(digests: Iterable[Digest], head_graphs: Mapping[str, Any] | None) ->
     return out
 
 
-def _cases(digests: Iterable[Digest], planned: int | None) -> dict[str, Any]:
+def _cases(digests: Iterable[Digest], planned: int | None, stopped_because: str = "") -> dict[str, Any]:
+    """Cases by status and done cases by class.
+
+    ``attention`` counts the done cases whose class needs an engineer (:func:`avsim.verdict.needs_attention`):
+    failed scenarios are results, in ``results`` with the passed cases, never in the red count.
+    ``stopped_because``: the week has ended with cases not started (:func:`avsim.ui.ended.stop_reason`);
+    they are ``not_started``, not ``waiting``.
+    """
     status: Counter[str] = Counter()
     by_class: Counter[str] = Counter()
     for d in digests:
@@ -178,12 +187,16 @@ def _cases(digests: Iterable[Digest], planned: int | None) -> dict[str, Any]:
     known = sum(status.values())
     waiting = status["waiting"] + max(0, (planned or 0) - known)
     ordered = {c: by_class[c] for c in CASE_CLASSES if by_class.get(c)}
+    results = values(RESULTS)
     return {
         "planned": planned,
         "done": status["done"],
         "running": status["running"],
-        "waiting": waiting,
-        "failed": sum(n for c, n in by_class.items() if c != "passed"),
+        "waiting": 0 if stopped_because else waiting,
+        "not_started": waiting if stopped_because else 0,
+        "stopped_because": stopped_because if waiting else "",
+        "attention": sum(n for c, n in by_class.items() if needs_attention(c)),
+        "results": {c: by_class.get(c, 0) for c in results},
         "by_class": ordered,
     }
 
@@ -295,10 +308,19 @@ def _failed(
             }
         )
     by_class = Counter(f["cls"] for f in rows)
-    return {"total": len(rows), "by_class": dict(by_class), "offset": offset, "limit": limit, "items": items}
+    return {
+        "total": len(rows),
+        "by_class": dict(by_class),
+        "attention": sum(n for c, n in by_class.items() if needs_attention(c)),
+        "offset": offset,
+        "limit": limit,
+        "items": items,
+    }
 
 
-def _timeline(layout: RunLayout, cache: Any, deadline: Any, planned: int | None) -> dict[str, Any]:
+def _timeline(
+    layout: RunLayout, cache: Any, deadline: Any, planned: int | None, now: dt.datetime, ended_at: Any
+) -> dict[str, Any]:
     """Progress over time from the ledger (:mod:`avsim.ui.timeline`); not available when unreadable."""
     from avsim.ui.timeline import TimelineCache, timeline_doc
 
@@ -306,7 +328,30 @@ def _timeline(layout: RunLayout, cache: Any, deadline: Any, planned: int | None)
         found = (cache or TimelineCache(ttl=0)).get(layout, deadline, planned)
     except Exception as exc:  # the ledger unreadable now: the rest of the page still shows
         return {"available": False, "message": f"progress over time not available: {exc}"}
-    return {"available": not found.empty, **timeline_doc(found)}
+    return {"available": not found.empty, **timeline_doc(found, now=now, ended_at=ended_at)}
+
+
+def _run_phases(
+    layout: RunLayout,
+    head_doc: Mapping[str, Any],
+    tasks: Mapping[str, Mapping[str, int]],
+    cases: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    """The run-level phases (the weekly summary): task state and committed outcome (:func:`ended.run_phase_view`)."""
+    names = list(head_doc.get("run_phases") or {}) if isinstance(head_doc.get("run_phases"), Mapping) else []
+    if not names:
+        return []
+    records = _ledger_outcomes(layout, [(RUN_LEVEL_CASE, n) for n in names])
+    return [
+        ended.run_phase_view(
+            name,
+            tasks.get(f"run_phases.{name}") or {},
+            records.get((RUN_LEVEL_CASE, name)),
+            cases.get("stopped_because") or "",
+            int(cases.get("not_started") or 0),
+        )
+        for name in names
+    ]
 
 
 def week_progress(
@@ -339,7 +384,7 @@ def week_progress(
         ),
         None,
     )
-    canary = run_docs.canary(layout)
+    canary = run_docs.canary(layout, head_doc if isinstance(head_doc, Mapping) else None, plan)
     canary_run = next((r for r in runs if r.kind == "canary"), None)
     canary["run"] = (
         {
@@ -351,28 +396,42 @@ def week_progress(
         else None
     )
     shard_total = ref.descriptor.get("shard_count")
+    row = _run_row(session, ref)
+    breaker = run_docs.breaker(ref.artifact_root, head.get("image"), canary.get("digest"))
+    over = ended.run_ended(row["state"])
+    ended_at = run_docs.parse(row["end_date"]) if over else None
+    cases = _cases(digests.values(), planned_cases, ended.stop_reason(row["state"], canary, breaker))
+    due = head.get("deadline") or plan.get("deadline")
+    deadline = run_docs.deadline(layout, due)
+    if over:
+        deadline = ended.ended_deadline(deadline, row["state"], row["end_date"])
     return {
-        "timeline": _timeline(layout, timelines, head.get("deadline") or plan.get("deadline"), planned_cases),
+        "timeline": _timeline(
+            layout, timelines, due, planned_cases, now, ended_at or (now if over else None)
+        ),
         "schema": "avsim/progress/v1",
         "generated_at": now.isoformat(),
         "run": {
             "dag_id": ref.dag_id,
             "run_id": ref.run_id,
             "run_key": ref.run_key,
-            **_run_row(session, ref),
+            **row,
             "url": urls.airflow_run(ref.dag_id, ref.run_id, base),
         },
         "manifest": {**head, "manifest_sha256": ref.descriptor.get("manifest_sha256")},
-        "cases": _cases(digests.values(), planned_cases),
+        "cases": cases,
+        "run_phases": _run_phases(
+            layout, head_doc if isinstance(head_doc, Mapping) else {}, row["tasks"], cases
+        ),
         "phases": _phases(
             digests.values(), head_doc.get("graphs") if isinstance(head_doc, Mapping) else None
         ),
         "shards": _shards(runs, shard_total if isinstance(shard_total, int) else None, ref, base),
         "gpu": _gpu(digests.values(), running, plan),
         "plan": plan,
-        "deadline": run_docs.deadline(layout, head.get("deadline") or plan.get("deadline")),
+        "deadline": deadline,
         "canary": canary,
-        "breaker": run_docs.breaker(ref.artifact_root, head.get("image"), canary.get("digest")),
+        "breaker": breaker,
         "repairs": run_docs.repairs(layout),
         "failed": _failed(digests, ref, base, max(0, offset), max(1, min(limit, MAX_LIMIT))),
         "links": {
