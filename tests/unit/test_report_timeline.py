@@ -168,7 +168,7 @@ def test_the_time_axis_spans_the_data_and_reaches_a_deadline_only_when_near() ->
     assert (near.end, near.deadline_on_axis, near.deadline_note) == (h(3), True, "")
     passed = time_axis(T0, h(2), h(1))  # a deadline already passed lies within the data
     assert (passed.end, passed.deadline_on_axis) == (h(2), True)
-    assert time_axis(T0, T0, None).end == T0 + dt.timedelta(minutes=1)
+    assert time_axis(T0, T0, None).end == T0 + dt.timedelta(seconds=10)
 
 
 def test_the_report_plot_of_a_five_minute_week_notes_a_far_deadline() -> None:

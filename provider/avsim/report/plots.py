@@ -32,6 +32,8 @@ PLOTS = {"progress": "progress.svg", "durations": "durations.svg", "failures": "
 #: A deadline at most this share of the data's span beyond its end is drawn on the time axis;
 #: one further ahead is an annotation at the axis' right edge ("deadline in 7 h 55 min →").
 NEAR_DEADLINE_SHARE = 0.5
+#: The shortest time axis (a week that ran for seconds still gets a readable one).
+MIN_SPAN = dt.timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ def time_axis(
 ) -> TimeAxis:
     """The axis from ``start`` to ``data_end`` (the last point, or now), stretched to the deadline
     only when it lies at most :data:`NEAR_DEADLINE_SHARE` of the data's span beyond it."""
-    end = max(data_end, start + dt.timedelta(minutes=1))
+    end = max(data_end, start + MIN_SPAN)
     if deadline is None:
         return TimeAxis(start, end, None, False, ended)
     if deadline <= end:
