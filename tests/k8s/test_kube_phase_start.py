@@ -79,9 +79,9 @@ def shard_phase(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return prepared["run"], loaded[family][0]
 
 
-def start(run: dict[str, Any], case: dict[str, Any], try_number: int) -> tuple[PhaseTI, Any]:
-    """One try of the case's prepare phase up to its deferral: (the task instance, the trigger)."""
-    op = KubernetesPhaseOperator(
+def phase_op(run: dict[str, Any], case: dict[str, Any]) -> KubernetesPhaseOperator:
+    """The case's prepare phase as its DAG file builds it (each task process, the resumed one too)."""
+    return KubernetesPhaseOperator(
         task_id="standard.prepare",
         phase="prepare",
         case=case,
@@ -89,10 +89,27 @@ def start(run: dict[str, Any], case: dict[str, Any], try_number: int) -> tuple[P
         kube=KubernetesSettings(conn_id="avsim_kube", namespace=NAMESPACE),
         retries=3,
     )
+
+
+def context_of(ti: PhaseTI) -> dict[str, Any]:
+    return {"ti": ti, "run_id": ti.run_id, "dag": type("Dag", (), {"dag_id": ti.dag_id})()}
+
+
+def start_deferred(
+    run: dict[str, Any], case: dict[str, Any], try_number: int
+) -> tuple[PhaseTI, TaskDeferred]:
+    """One try of the case's prepare phase up to its deferral: (the task instance, the deferral)."""
+    op = phase_op(run, case)
     ti = PhaseTI(try_number)
     with pytest.raises(TaskDeferred) as deferred:
-        op.execute({"ti": ti, "run_id": ti.run_id, "dag": type("Dag", (), {"dag_id": ti.dag_id})()})
-    return ti, deferred.value.trigger
+        op.execute(context_of(ti))
+    return ti, deferred.value
+
+
+def start(run: dict[str, Any], case: dict[str, Any], try_number: int) -> tuple[PhaseTI, Any]:
+    """One try of the case's prepare phase up to its deferral: (the task instance, the trigger)."""
+    ti, deferred = start_deferred(run, case, try_number)
+    return ti, deferred.trigger
 
 
 def test_a_first_attempt_creates_its_pod_and_lease_and_defers_with_nothing_else(
@@ -264,3 +281,102 @@ def test_a_commit_the_trigger_cannot_make_leaves_the_attempt_to_the_worker(
     assert (event.payload["status"], event.payload["outcome"]) == ("ended", "passed"), event.payload
     assert trigger.pod_name in live(kube, "pods")
     assert ledger_of(run).outcome(case["case_id"], "prepare") is None
+
+
+# -- issue 31 items 6 and 7: a pass without outputs, and a commit found after the triggerer died ------------
+def test_a_pod_that_passed_without_its_outputs_is_an_infrastructure_failure_never_committed(
+    kube: FakeKubeAPI, shard_phase: tuple[dict[str, Any], dict[str, Any]], tmp_path: Path
+) -> None:
+    """The fake simulator exits 0 but its write never reached the artifact store (``no_output``). The
+    trigger does not commit it (it fires the ordinary event), and the resumed phase classes it
+    ``infra_failed``/``missing_output``, retried within the infrastructure budget: nothing committed,
+    nothing cached, so no clear or rerun can ever reuse it."""
+    from airflow.triggers.base import TaskSuccessEvent
+
+    from avsim.operators import exceptions as exc
+    from avsim.phases.contract import Outcome
+
+    MISSING_OUTPUT = "missing_output"  # avsim.phases.contract.MISSING_OUTPUT
+
+    run, case = shard_phase
+    lost = {**case, "parameters": {**case["parameters"], "fakesim": {"prepare": "no_output"}}}
+    ti, deferred = start_deferred(run, lost, try_number=1)
+    event = fire(deferred.trigger)
+    assert not isinstance(event, TaskSuccessEvent)
+    assert (event.payload["status"], event.payload["outcome"]) == ("ended", "passed"), event.payload
+    with pytest.raises(exc.PhaseInfrastructureError, match=MISSING_OUTPUT) as raised:
+        phase_op(run, lost).resume_execution(
+            "phase_complete", {"event": event.payload, **(deferred.kwargs or {})}, context_of(ti)
+        )
+    assert raised.value.retry_delay is not None
+    ledger = ledger_of(run)
+    assert ledger.outcome(case["case_id"], "prepare") is None
+    [attempt] = ledger.attempts(case["case_id"], "prepare")
+    assert (attempt.outcome, attempt.detail) == (Outcome.INFRA_FAILED, MISSING_OUTPUT)
+    assert list((tmp_path / "artifacts").glob("cache/*.json")) == []
+    assert live(kube, "pods") == []
+
+
+def _committed_by_the_trigger(
+    kube: FakeKubeAPI, run: dict[str, Any], case: dict[str, Any]
+) -> tuple[PhaseTI, TaskDeferred, Any]:
+    from airflow.triggers.base import TaskSuccessEvent
+
+    ti, deferred = start_deferred(run, case, try_number=1)
+    event = fire(deferred.trigger)
+    assert isinstance(event, TaskSuccessEvent), event
+    return ti, deferred, event.xcoms["return_value"]
+
+
+def _the_pass_stands(run: dict[str, Any], case: dict[str, Any], value: Any) -> None:
+    from avsim.contracts import RunDescriptor
+    from avsim.ledger.breaker import Breaker, image_digest
+    from avsim.phases.contract import Outcome
+
+    ledger = ledger_of(run)
+    committed = ledger.outcome(case["case_id"], "prepare")
+    assert committed is not None and committed.attempt == value["attempt"] == 1
+    [attempt] = ledger.attempts(case["case_id"], "prepare")
+    assert (attempt.outcome, attempt.detail) == (Outcome.PASSED, "")
+    descriptor = RunDescriptor.model_validate(run)
+    breaker = Breaker(descriptor.layout.root, image_digest(descriptor.image)).state()
+    assert breaker.failures == 0  # no false evidence against the build
+
+
+def test_a_deferral_timeout_after_the_trigger_committed_returns_the_commit(
+    kube: FakeKubeAPI, shard_phase: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    """The trigger committed the pass, then its triggerer died before Airflow took the event, and
+    Airflow's deferral timeout resumed the task: it returns the committed result and records no
+    ``infra_failed``/``timeout`` over the pass."""
+    from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+
+    run, case = shard_phase
+    ti, _, value = _committed_by_the_trigger(kube, run, case)
+    out = phase_op(run, case).resume_execution(
+        TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, context_of(ti)
+    )
+    assert out == value
+    _the_pass_stands(run, case, value)
+
+
+def test_a_resume_after_a_triggerer_restart_returns_the_commit(
+    kube: FakeKubeAPI, shard_phase: tuple[dict[str, Any], dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trigger committed the pass and deleted the pod, then its triggerer died. The restarted trigger
+    (here the plain pod trigger, as a phase with pod callbacks defers on) finds the pod gone and fires
+    ``vanished``; the resumed phase returns the committed result instead of recording an
+    infrastructure failure over it."""
+    from avsim.triggers.phase_pod import PhasePodTrigger
+
+    monkeypatch.setattr("avsim.triggers.phase_pod.MISSING_GRACE_SECONDS", 1.0)
+    run, case = shard_phase
+    ti, deferred, value = _committed_by_the_trigger(kube, run, case)
+    kwargs = {k: v for k, v in deferred.trigger.serialize()[1].items() if k != "commit"}
+    event = fire(PhasePodTrigger(**kwargs))
+    assert (event.payload["outcome"], event.payload["detail"]) == ("infra_failed", "vanished"), event.payload
+    out = phase_op(run, case).resume_execution(
+        "phase_complete", {"event": event.payload, **(deferred.kwargs or {})}, context_of(ti)
+    )
+    assert out == value
+    _the_pass_stands(run, case, value)

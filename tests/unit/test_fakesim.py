@@ -256,3 +256,17 @@ def test_heartbeat_renews_once_per_interval_counting_the_start(tmp_path: Path) -
     time.sleep(0.35)
     hb.beat()
     assert hb.beats == 2
+
+
+def test_a_lost_write_exits_as_a_pass_and_leaves_nothing(tmp_path: Path) -> None:
+    """``no_output_once``: attempt 1 exits 0 with nothing under OUTPUT_URI (the fault avsim must catch:
+    issue 31 item 6); attempt 2 writes its result.json and the artifact it lists."""
+    params = json.dumps({"fakesim": {"simulate": "no_output_once"}})
+    lost = fakesim(env_for(tmp_path, "a1", PARAMETERS=params), "simulate", "--duration", "0")
+    assert lost.returncode == contract.EXIT_PASSED, lost.stderr
+    assert not (tmp_path / "a1").exists()
+    kept = fakesim(env_for(tmp_path, "a2", ATTEMPT=2, PARAMETERS=params), "simulate", "--duration", "0")
+    assert kept.returncode == contract.EXIT_PASSED, kept.stderr
+    doc = result_of(tmp_path, "a2")
+    assert contract.declared_outputs(doc)[0] == contract.RESULT_FILE
+    assert all((tmp_path / "a2" / name).exists() for name in contract.declared_outputs(doc))

@@ -126,6 +126,7 @@ def test_a_timed_out_deferral_is_recorded_as_an_infrastructure_failure(
     op, attempt = operator(0)
     concluded: list[tuple[AttemptResult, str, str]] = []
     ledger = SimpleNamespace(
+        outcome=lambda case_id, phase: None,  # nothing committed: the timeout is the attempt's failure
         current_attempt=lambda case_id, phase: 3,
         attempts=lambda case_id, phase: [SimpleNamespace(attempt=3, started_at="2026-12-01T10:00:00+00:00")],
     )

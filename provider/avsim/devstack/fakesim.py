@@ -16,6 +16,9 @@ SIGTERM, as a spot reclaim ends it on the local backend) or ``hang`` (the proces
 stops its heartbeat, and waits to be killed). ``FAULT_once`` hits attempt 1 only; ``FAULT_before:N``
 hits every attempt below N; ``FAULT_until:URI`` hits every attempt while URI does not exist, like a
 node pool that stays broken until someone fixes it (and creates the marker) and reruns the phase. Several may be combined with ``+`` (``preempt_before:3+crash_once``).
+``no_output`` (with the same ``_once``, ``_before:N``, ``_until:URI`` forms) is a lost write: the phase
+does its work and exits as it would (0, or 3 for a failed scenario) but leaves nothing under
+``OUTPUT_URI``, as a write that never reached the artifact store.
 
 The phase renews its heartbeat (:mod:`avsim.phases.heartbeat`) from its work loop.
 """
@@ -42,6 +45,8 @@ from avsim.phases.heartbeat import Heartbeat
 KINDS = ("prepare", "simulate", "perceive", "evaluate", "render", "report", "summary")
 FORCED = ("scenario_failed", "bad_input")
 FAULTS = ("crash", "preempt", "hang")
+#: The phase exits as if it passed (or failed its scenario) but writes none of its outputs.
+LOST_WRITE = "no_output"
 #: Length of one sleep of the work loop, in seconds.
 STEP_SECONDS = 0.05
 _CKPT_RE = re.compile(r"ckpt-(\d+)\.json$")
@@ -332,8 +337,11 @@ def run(kind: str, args: argparse.Namespace, env: PhaseEnv) -> int:
     if crash_at is not None:
         write_text(f"{env.output_uri}/{artifact}", text[: max(1, int(len(text) * reached))])
         inject(fault, reached, env)
-    write_text(f"{env.output_uri}/{artifact}", text)
     outcome = "scenario_failed" if failed else "passed"
+    if env.fault_forced(LOST_WRITE):
+        print(f"fakesim {kind}: {outcome}, but its outputs were never written (lost write)", flush=True)
+        return contract.EXIT_SCENARIO_FAILED if failed else contract.EXIT_PASSED
+    write_text(f"{env.output_uri}/{artifact}", text)
     result = {
         "run_id": env.run_id,
         "case_id": env.case_id,

@@ -1,4 +1,5 @@
-"""The ledger's records: what one attempt did, and the committed outcome of a (case, phase).
+"""The ledger's records: what one attempt did, and the committed outcome of a (case, phase); and the
+fence on an attempt's end (:func:`standing`), a pure decision over them.
 
 Both are plain frozen dataclasses with a JSON form (``to_json`` gives a JSON-ready dict,
 ``from_json`` takes one back, ignoring keys it does not know so older readers survive newer
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
 from typing import Any
 
 from avsim.phases.contract import Outcome
@@ -136,3 +138,40 @@ class OutcomeRecord:
             reused_from=str(d.get("reused_from", "")),
             detail=str(d.get("detail", "")),
         )
+
+
+class Standing(str, Enum):
+    """Where an attempt that ended stands in its phase: whether its end may still be recorded, counted
+    and committed (see :func:`standing`)."""
+
+    #: The phase's current attempt, not ended yet: record its end, count it, feed the breaker, commit.
+    OWNED = "owned"
+    #: Its end was recorded already with the same outcome (another triggerer running the same trigger,
+    #: or the trigger before a commit it could not make): counted once already; commit it (idempotent).
+    RECORDED = "recorded"
+    #: The attempt's result is committed: nothing to record; the committed result is the phase's.
+    COMMITTED = "committed"
+    #: A newer attempt was claimed, or a newer try recorded this attempt's end otherwise (``abandoned``):
+    #: a stale report. Nothing is recorded, counted or committed.
+    SUPERSEDED = "superseded"
+
+
+def standing(
+    ending: AttemptRecord,
+    *,
+    current: int | None,
+    existing: AttemptRecord | None,
+    committed: OutcomeRecord | None,
+) -> Standing:
+    """The fence on an attempt's end: where ``ending`` (the ended record a worker or a trigger is about
+    to write) stands, given the phase's ``current`` attempt number, the attempt's stored record
+    (``existing``) and the phase's ``committed`` outcome. Decided before anything is written, counted or
+    committed, so a stale or duplicate report has no side effect."""
+    if committed is not None and committed.outcome.produced_output and committed.attempt == ending.attempt:
+        return Standing.COMMITTED
+    if current is not None and current != ending.attempt:
+        return Standing.SUPERSEDED
+    if existing is not None and existing.ended:
+        same = existing.outcome is ending.outcome and existing.detail == ending.detail
+        return Standing.RECORDED if same else Standing.SUPERSEDED
+    return Standing.OWNED

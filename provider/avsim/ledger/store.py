@@ -12,6 +12,9 @@ machines the writers run on:
   tries never share an attempt and its attempt-scoped output prefix.
 * **Only the current attempt commits**: a report from an attempt that is no longer the claimed one (an
   abandoned attempt: its worker was given up on, its pod deleted) is ignored and logged.
+* **Only the attempt that still owns its phase records its end** (:meth:`Ledger.end_attempt`, fenced by
+  :func:`avsim.ledger.records.standing` in a compare-and-swap of the attempt's record): a stale or
+  duplicate report is refused before it is recorded, counted in the metrics or fed to the breaker.
 * **The first committed result wins**: once an attempt committed a result (passed or scenario_failed),
   no other attempt replaces it; a duplicate report of the same attempt changes nothing. A committed
   failure (infrastructure, preemption, bad input, bad build) is replaced by a later attempt's outcome:
@@ -28,8 +31,9 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from avsim.artifacts import RunLayout
+from avsim.errors import AvsimError
 from avsim.ledger.documents import DocumentStore
-from avsim.ledger.records import AttemptRecord, OutcomeRecord
+from avsim.ledger.records import AttemptRecord, OutcomeRecord, Standing, standing
 from avsim.phases.contract import Outcome
 from avsim.storage import local_path
 
@@ -45,6 +49,11 @@ PRODUCED_OUTPUT = (Outcome.PASSED.value, Outcome.SCENARIO_FAILED.value)
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class AttemptSuperseded(AvsimError):
+    """An attempt's end was reported after a newer try took its phase over (a claimed newer attempt,
+    or this attempt recorded as abandoned): nothing of it is recorded, counted or committed."""
 
 
 class Ledger:
@@ -125,6 +134,37 @@ class Ledger:
 
     def record_attempt(self, rec: AttemptRecord) -> None:
         self._write(self.layout.attempt_record(rec.case_id, rec.phase, rec.attempt), rec.to_json())
+
+    def end_attempt(self, rec: AttemptRecord) -> tuple[Standing, OutcomeRecord | None]:
+        """Record ``rec``, an attempt's end, when the attempt still owns its phase: the fence every side
+        effect of an end waits for (the worker's and the committing trigger's).
+
+        Reads the phase's committed outcome and current attempt, then decides with
+        :func:`~avsim.ledger.records.standing` inside a compare-and-swap of the attempt's record, so of
+        two writers racing to end one attempt exactly one gets :attr:`Standing.OWNED` (and writes).
+        Returns the standing and the phase's committed outcome as read.
+        """
+        committed = self.outcome(rec.case_id, rec.phase)
+        current = self.current_attempt(rec.case_id, rec.phase)
+        found: list[Standing] = []
+
+        def end(doc: Any | None) -> dict[str, Any] | None:
+            existing = AttemptRecord.from_json(doc) if isinstance(doc, dict) else None
+            found[:] = [standing(rec, current=current, existing=existing, committed=committed)]
+            return rec.to_json() if found[0] is Standing.OWNED else None
+
+        self.documents.update(self.layout.attempt_record(rec.case_id, rec.phase, rec.attempt), end)
+        if found[0] is not Standing.OWNED:
+            log.warning(
+                "phase %r of case %r: the end of attempt %d (%s) is %s (current attempt %s): not recorded",
+                rec.phase,
+                rec.case_id,
+                rec.attempt,
+                rec.outcome.value if rec.outcome else "?",
+                found[0].value,
+                current,
+            )
+        return found[0], committed
 
     def attempts(self, case_id: str, phase: str) -> list[AttemptRecord]:
         """Every recorded attempt of a (case, phase), lowest attempt first."""

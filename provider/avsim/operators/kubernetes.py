@@ -344,8 +344,26 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         return self._deferral_timed_out(context)
 
     def _deferral_timed_out(self, context: Any) -> Any:
+        """Airflow timed the deferral out: the triggerer never reported. Look for a commit first (the
+        trigger may have committed the pass and died before Airflow took its event): a committed result
+        is the phase's, and no failure is recorded over it. Otherwise the claimed attempt ends
+        ``infra_failed``/``timeout`` (and the fence in :meth:`end_attempt` still refuses it if its end
+        was settled meanwhile)."""
         probe, _ = self.attempt_for(context)
+        committed = self.ledger.outcome(probe.case_id, self.phase)
         number = self.ledger.current_attempt(probe.case_id, self.phase) or 0
+        # A run-level phase's result is replaced by a later round's: only its current attempt's counts.
+        if (
+            committed is not None
+            and committed.outcome.produced_output
+            and (committed.attempt == number or not self.is_run_level)
+        ):
+            self.log.warning(
+                "the deferral of %s timed out, but attempt %d's result is committed: returned, nothing recorded",
+                self._where(),
+                committed.attempt,
+            )
+            return self._result(context, self._xcom(committed))
         attempt, _ = self.attempt_for(context, number)
         records = [r for r in self.ledger.attempts(attempt.case_id, self.phase) if r.attempt == number]
         started = (

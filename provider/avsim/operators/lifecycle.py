@@ -11,7 +11,9 @@ mixes in :class:`PhaseLifecycle` and calls two methods around the launch it impl
     never reported (a lost worker) as infrastructure failures, check the budgets, then claim the
     next attempt number in the ledger.
 :meth:`PhaseLifecycle.end_attempt`
-    Record how the attempt ended, feed the build's breaker, emit metrics, and decide by class:
+    Class a result whose declared outputs are missing as ``infra_failed``/``missing_output``; fence on
+    ownership (an attempt a newer try took over, or one already ended or committed, records and counts
+    nothing); record how the attempt ended, feed the build's breaker, emit metrics, and decide by class:
     commit a result and return it; fail fast on bad input or a bad build; retry an
     infrastructure failure or a preemption after its class's delay while its budget lasts;
     hand a GPU phase preempted too often on spot nodes over to its on-demand twin.
@@ -329,8 +331,12 @@ class PhaseLifecycle:
     def end_attempt(
         self, context: Any, attempt: PhaseAttempt, result: AttemptResult, started: dt.datetime
     ) -> dict[str, Any]:
-        """Record and classify the attempt's end: return the phase's result or raise by class."""
+        """Record and classify the attempt's end: return the phase's result or raise by class.
+
+        A result whose declared outputs are missing is an infrastructure failure; an attempt that no
+        longer owns its phase records nothing (:meth:`_record_ended`)."""
         ti = context["ti"]
+        result, result_doc = self._outputs_checked(result, attempt.output_uri)
         rec = self._ended_record(
             case_id=attempt.case_id,
             attempt=attempt.attempt,
@@ -341,7 +347,9 @@ class PhaseLifecycle:
             result=result,
             started=started,
         )
-        self._record_ended(rec, attempt.runtime.gpus)
+        settled = self._record_ended(rec, attempt.runtime.gpus)
+        if settled is not None:
+            return self._xcom(settled)
         if not result.outcome.produced_output:  # a committed result is the task's return value
             self._publish(ti, rec)
         # A result is committed whatever came before it: only a failure's decision reads the round.
@@ -360,7 +368,7 @@ class PhaseLifecycle:
             last_try=int(ti.try_number) > int(getattr(ti, "max_tries", self.retries or 0) or 0),
         )
         if decision.action is Action.COMMIT:
-            committed = self._commit(rec, result, attempt.cache_key)
+            committed = self._commit(rec, result, attempt.cache_key, result_doc)
             if result.outcome is Outcome.SCENARIO_FAILED:
                 self.log.warning(
                     "%s: the driving software failed the scenario (recorded as a result)",
@@ -419,12 +427,44 @@ class PhaseLifecycle:
             runner=result.runner,
         )
 
-    def _record_ended(self, rec: AttemptRecord, gpus: int) -> None:
-        """Write an ended attempt's record, emit its metrics and feed the build's breaker (a case's
-        first attempt)."""
-        from avsim import metrics
+    def _record_ended(self, rec: AttemptRecord, gpus: int) -> OutcomeRecord | None:
+        """Fence, then write an ended attempt's record, emit its metrics and feed the build's breaker
+        (a case's first attempt): the worker's and the committing trigger's one way to end an attempt.
 
-        self.ledger.record_attempt(rec)
+        The fence (:meth:`avsim.ledger.store.Ledger.end_attempt`) comes first, so a stale or duplicate
+        report counts nothing: returns the phase's committed result when the attempt's end is settled
+        already (this attempt committed, or a newer one did), None when the caller goes on to decide
+        and commit. Raises :class:`avsim.ledger.store.AttemptSuperseded` when a newer try owns the
+        phase and nothing is committed."""
+        from avsim.ledger.records import Standing
+        from avsim.ledger.store import AttemptSuperseded
+
+        standing, committed = self.ledger.end_attempt(rec)
+        if standing is Standing.COMMITTED or (
+            standing is Standing.SUPERSEDED and committed is not None and committed.outcome.produced_output
+        ):
+            assert committed is not None
+            self.log.warning(
+                "%s ended %s, but attempt %d's result is committed: returned, nothing recorded",
+                self._where(rec.attempt),
+                rec.outcome.value if rec.outcome else "?",
+                committed.attempt,
+            )
+            return committed
+        if standing is Standing.SUPERSEDED:
+            current = self.ledger.current_attempt(rec.case_id, rec.phase)
+            raise AttemptSuperseded(
+                f"{self._where(rec.attempt)} ended {rec.outcome.value if rec.outcome else '?'} after a newer "
+                f"try took the phase over (attempt {current} is the current one): not recorded, counted "
+                "or committed"
+            )
+        if standing is Standing.OWNED:
+            self._measure(rec, gpus)
+        return None
+
+    def _measure(self, rec: AttemptRecord, gpus: int) -> None:
+        """An ended attempt's metrics, and a case's first attempt in the build's breaker window."""
+        from avsim import metrics
 
         assert rec.outcome is not None
         res_class = "gpu" if gpus else "cpu"
@@ -437,8 +477,37 @@ class PhaseLifecycle:
         if first and self.breaker.record(rec.outcome.counts_against_build, self._where(rec.attempt)):
             metrics.breaker_trip(self.descriptor.build_id, self.breaker.digest)
 
+    def _outputs_checked(self, result: AttemptResult, output_uri: str) -> tuple[AttemptResult, Any]:
+        """``result`` checked against the outputs the attempt declares (the phase contract's
+        :func:`~avsim.phases.contract.classify_outputs`), and its ``result.json`` (None when unread):
+        a result whose declared outputs are missing is ``infra_failed``/``missing_output``."""
+        if not result.outcome.produced_output:
+            return result, None
+        from avsim import storage
+        from avsim.phases import contract
+
+        try:
+            doc = storage.read_json(f"{output_uri}/{contract.RESULT_FILE}")
+        except (FileNotFoundError, OSError, ValueError):
+            doc = None
+        missing = [
+            name
+            for name in contract.declared_outputs(doc)
+            if (doc is None if name == contract.RESULT_FILE else not storage.exists(f"{output_uri}/{name}"))
+        ]
+        checked = contract.classify_outputs(result, missing)
+        if checked is not result:
+            self.log.error("%s: %s", self._where(), checked.reason)
+        return checked, doc
+
     def _outcome_record(
-        self, rec: AttemptRecord, result: AttemptResult, *, output: bool, cache_key: str = ""
+        self,
+        rec: AttemptRecord,
+        result: AttemptResult,
+        *,
+        output: bool,
+        cache_key: str = "",
+        result_doc: Any = None,
     ) -> OutcomeRecord:
         return OutcomeRecord(
             run_key=self.layout.run_key,
@@ -449,14 +518,17 @@ class PhaseLifecycle:
             output_uri=rec.output_uri if output else "",
             committed_at=_now().isoformat(),
             reason=result.reason[-500:],
-            result=self._small_result(rec.output_uri) if output else {},
+            result=self._small_result(rec.output_uri, result_doc) if output else {},
             cache_key=cache_key if output else "",
             detail=result.detail,
         )
 
-    def _commit(self, rec: AttemptRecord, result: AttemptResult, cache_key: str) -> dict[str, Any]:
-        """Commit an attempt's output (the first commit of a phase wins) and return the phase's result."""
-        out = self._outcome_record(rec, result, output=True, cache_key=cache_key)
+    def _commit(
+        self, rec: AttemptRecord, result: AttemptResult, cache_key: str, result_doc: Any = None
+    ) -> dict[str, Any]:
+        """Commit an attempt's output (the first commit of a phase wins) and return the phase's result.
+        ``result_doc``: the attempt's ``result.json`` when it was read already."""
+        out = self._outcome_record(rec, result, output=True, cache_key=cache_key, result_doc=result_doc)
         self.ledger.commit(out)
         final = self.ledger.outcome(rec.case_id, self.phase) or out
         if final.cache_key and final.attempt == rec.attempt:
@@ -594,11 +666,11 @@ class PhaseLifecycle:
         )
         ti.xcom_push(key=OUTCOME_XCOM_KEY, value=result.to_json())
 
-    def _small_result(self, output_uri: str) -> dict[str, Any]:
+    def _small_result(self, output_uri: str, data: Any = None) -> dict[str, Any]:
         from avsim.storage import read_json
 
         try:
-            data = read_json(f"{output_uri}/result.json")
+            data = data if data is not None else read_json(f"{output_uri}/result.json")
         except (FileNotFoundError, OSError, ValueError):
             return {}
         metrics = data.get("metrics", {}) if isinstance(data, dict) else {}

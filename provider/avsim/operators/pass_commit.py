@@ -7,16 +7,20 @@ commit its output and delete its pod. For a phase that failed that is where the 
 output is committed, whatever came before it. So the operator hands its trigger a
 :class:`avsim.contracts.PassCommit` when it defers, and the trigger, when the pod passed, does what
 the resumed phase would have done here
-(:func:`commit_passed`: the attempt's record, its metrics and the breaker's window, the commit, the
-cache) and ends the task instance with Airflow's ``TaskSuccessEvent``, the phase's result as its
+(:func:`commit_passed`: the check of its declared outputs, the fence, the attempt's record, its metrics
+and the breaker's window, the commit, the cache) and ends the task instance with Airflow's ``TaskSuccessEvent``, the phase's result as its
 return value. Every other end, and a commit that fails here, fires the ordinary event: the phase
 resumes in a worker as before; so does a scenario the driving software failed (a result too, but the
 progress page tells it from a pass by its XCom, which a trigger's XComs do not reach as JSON it can
 query, see :func:`avsim.airflow_internals.pulled_xcom`).
 
-Exactly once: the ledger's first commit of a phase wins (:meth:`avsim.ledger.store.Ledger.commit`);
+Exactly once: an attempt's end is recorded, counted and fed to the breaker only by the side that
+still owns it (:meth:`avsim.ledger.store.Ledger.end_attempt`), and the ledger's first commit of a
+phase wins (:meth:`avsim.ledger.store.Ledger.commit`); a second triggerer running the same trigger
+returns the commit without counting it again, a stale trigger after a newer try records nothing, and
 a trigger restarted after it committed (its triggerer died before Airflow took the event) finds the
-commit (:func:`committed_result`) and ends the task with it, without committing again.
+commit (:func:`committed_result`) and ends the task with it, without committing again. A pass whose
+declared outputs are missing is not the trigger's: the worker classes it ``infra_failed``.
 
 :class:`PassCommitTrigger` is the pod trigger with that end (its seam ``end_here``). It lives here,
 beside the lifecycle it runs, not in :mod:`avsim.triggers`, which the operators import.
@@ -33,6 +37,7 @@ from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
 
 from avsim.attempt import PhaseAttempt
 from avsim.contracts import PassCommit
+from avsim.errors import AvsimError
 from avsim.operators.lifecycle import PhaseLifecycle
 from avsim.phases.contract import AttemptResult, Outcome
 from avsim.phases.policy import Role
@@ -61,6 +66,11 @@ def pass_commit(op: PhaseLifecycle, context: Any, attempt: PhaseAttempt, started
     )
 
 
+class MissingOutputs(AvsimError):
+    """The pod passed but its declared outputs are missing: an infrastructure failure, which the worker
+    decides (retry within the infrastructure budget); the trigger records nothing."""
+
+
 class _CommitSide(PhaseLifecycle):
     """The phase lifecycle as the trigger runs it: the operator's phase arguments from a PassCommit."""
 
@@ -80,11 +90,18 @@ class _CommitSide(PhaseLifecycle):
         self.log = log
 
     def commit_passed(self, result: AttemptResult) -> dict[str, Any]:
+        """Check the attempt's outputs, fence, record, measure and commit a passed attempt (the order
+        :meth:`PhaseLifecycle.end_attempt` keeps); the phase's result. Raises when the end is not the
+        trigger's to make: outputs missing (:class:`MissingOutputs`, a failure with a retry decision),
+        or a newer try owns the phase (:class:`avsim.ledger.store.AttemptSuperseded`)."""
         plan = self.plan
         if result.outcome is not Outcome.PASSED:
             raise ValueError(
                 f"{plan.task_id}: the trigger commits passed attempts only, not {result.outcome.value}"
             )
+        checked, result_doc = self._outputs_checked(result, plan.output_uri)
+        if checked.outcome is not Outcome.PASSED:  # nothing recorded: the worker decides the retry
+            raise MissingOutputs(f"{plan.task_id} attempt {plan.attempt}: {checked.detail}: {checked.reason}")
         rec = self._ended_record(
             case_id=str(plan.case["case_id"]),
             attempt=plan.attempt,
@@ -95,8 +112,10 @@ class _CommitSide(PhaseLifecycle):
             result=result,
             started=dt.datetime.fromisoformat(plan.started_at),
         )
-        self._record_ended(rec, plan.gpus)
-        return self._commit(rec, result, plan.cache_key)
+        settled = self._record_ended(rec, plan.gpus)
+        if settled is not None:
+            return self._xcom(settled)
+        return self._commit(rec, result, plan.cache_key, result_doc)
 
     def committed_result(self) -> dict[str, Any] | None:
         found = self.ledger.outcome(str(self.plan.case["case_id"]), self.phase)

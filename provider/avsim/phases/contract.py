@@ -10,7 +10,8 @@ same classes (see :class:`Outcome`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
 
 #: Exit codes. Anything not listed here is an infrastructure failure.
@@ -69,6 +70,9 @@ RESERVED_ENV = frozenset(
 
 #: The file a phase writes under OUTPUT_URI to describe its result.
 RESULT_FILE = "result.json"
+#: The key of ``result.json`` that lists the other files the phase wrote under OUTPUT_URI (names
+#: relative to it): with ``result.json`` itself, the outputs a phase declares.
+RESULT_ARTIFACTS = "artifacts"
 
 
 class Outcome(str, Enum):
@@ -171,7 +175,44 @@ class AttemptResult:
     reason: str = ""
     #: What the platform did, in a word: crash, oom, timeout, terminated, evicted, node_shutdown,
     #: vanished, lease_expired, image_pull, breaker_open, abandoned (no report from a lost
-    #: worker, recorded by the next try), worker_lost (the phase saw its worker die), reused.
+    #: worker, recorded by the next try), worker_lost (the phase saw its worker die), reused,
+    #: missing_output (:data:`MISSING_OUTPUT`).
     detail: str = ""
     #: The pod or process that ran it.
     runner: str = ""
+
+
+#: The detail of a result (exit 0 or 3) whose declared outputs are not in the artifact store: an
+#: infrastructure failure (see :func:`classify_outputs`).
+MISSING_OUTPUT = "missing_output"
+
+
+def declared_outputs(result_doc: object) -> tuple[str, ...]:
+    """The files a phase declares under its OUTPUT_URI: :data:`RESULT_FILE`, and every file its
+    ``result.json`` (``result_doc``, None when unreadable) lists under :data:`RESULT_ARTIFACTS`."""
+    listed = result_doc.get(RESULT_ARTIFACTS) if isinstance(result_doc, dict) else None
+    names = (
+        [str(n).strip("/") for n in listed if isinstance(n, str) and n.strip("/")]
+        if isinstance(listed, list)
+        else []
+    )
+    return (RESULT_FILE, *dict.fromkeys(n for n in names if n != RESULT_FILE))
+
+
+def classify_outputs(result: AttemptResult, missing: Sequence[str]) -> AttemptResult:
+    """The contract's check of a result against its outputs: an attempt that reported a result (passed,
+    scenario_failed) but left ``missing`` of its declared outputs out of the artifact store ends
+    ``infra_failed``/``missing_output``. A lost write is far more often the storage's or the node's than
+    the simulator's; it is retried within the infrastructure budget into a fresh attempt-scoped prefix,
+    and a build that never writes them fails every first attempt, which the breaker counts. Anything
+    else is returned unchanged."""
+    if not result.outcome.produced_output or not missing:
+        return result
+    was = f"exit {result.exit_code}" if result.exit_code is not None else result.outcome.value
+    reason = f"{was} ({result.outcome.value}) but its declared outputs are missing: {', '.join(missing)}"
+    return replace(
+        result,
+        outcome=Outcome.INFRA_FAILED,
+        reason=f"{reason}; {result.reason}" if result.reason else reason,
+        detail=MISSING_OUTPUT,
+    )
