@@ -9,6 +9,11 @@ a token, or with a forged one, are refused. Every phase task instance that ran c
 link Airflow stores as an XCom (``_link_AvsimArtifactsLink``), the API returns it, the task
 instance's page in the Airflow UI shows it and it opens; the task instance's *avsim case* tab shows
 its case page.
+
+A second week on the same stack is stopped by the canary gate (its build crashes in every first
+phase): its page says the cases that never started are not started (not waiting), makes no pace
+or finish claim for the ended run, does not show the run-level summary as the bad build's victim,
+and draws the five-minute week across the chart with the far deadline as an annotation.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from avsim.manifest.sample import sample_manifest
 pytestmark = pytest.mark.integration
 
 RUN_ID = "it__ui"
+STOPPED_RUN_ID = "it__ui_stopped"
 SHARD_DAG = "avsim_weekly_shard"
 LINK_KEYS = {"_link_AvsimArtifactsLink": "artifacts"}
 USER, PASSWORD = "engineer", "week-watcher"
@@ -184,7 +190,12 @@ def test_the_page_in_a_browser_shows_the_ledgers_counts_and_working_links(
                     assert count(f"class-{cls}") == ledger[cls], cls
                 else:
                     assert page.locator(f'[data-count="class-{cls}"]').count() == 0, cls
-            assert count("failed") == 10 - ledger.get("passed", 0)
+            # Failed scenarios are results: their own neutral card; red only for what needs attention.
+            attention = sum(n for c, n in ledger.items() if c not in ("passed", "scenario_failed"))
+            assert count("attention") == attention >= 1
+            assert count("scenario_failed") == ledger["scenario_failed"]
+            assert "attention" in (page.locator('[data-count="attention"] .n').get_attribute("class") or "")
+            assert "calm" in (page.locator('[data-count="scenario_failed"] .n').get_attribute("class") or "")
             # Per-phase progress: every case ran prepare and evaluate; the crash is evaluate's.
             evaluate = page.locator('tr[data-phase="evaluate"]').inner_text()
             assert "10 / 10" in evaluate and "infra_failed 1" in evaluate
@@ -192,7 +203,9 @@ def test_the_page_in_a_browser_shows_the_ledgers_counts_and_working_links(
             assert "upstream_failed" in page.locator('tr[data-phase="report"]').inner_text()
             # Budget, deadline, canary, breaker and shards, from the run's documents.
             assert float(page.locator('[data-count="gpu-planned"] .n').inner_text().replace(",", "")) > 0
-            assert "estimated finish" in page.locator("#deadline-note").inner_text()
+            # The run has ended: the tracker's last estimate is no longer a claim the page makes.
+            assert "no finish estimate" in page.locator("#deadline-note").inner_text()
+            assert page.locator("[data-verdict]").first.get_attribute("data-verdict") == "ended"
             assert page.locator("[data-canary]").first.get_attribute("data-canary") == "passed"
             assert page.locator("[data-breaker]").first.get_attribute("data-breaker") == "closed"
             assert page.locator("#shards").inner_text().startswith("2 done · 0 running · 0 queued")
@@ -319,5 +332,73 @@ def test_phase_task_instances_link_to_their_case_page_and_artifacts(
             assert any(f.url == f"{stack.api_url}{case_page}" for f in page.frames), [
                 f.url for f in page.frames
             ]
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def stopped_week(stack: LocalStack) -> dict[str, Any]:
+    """A 12-case week whose build crashes in every first phase: the canary gate stops it."""
+    doc = sample_manifest(
+        12,
+        seed=31,  # its own build digest, so its own breaker: the other week's build stays closed
+        time_scale=0.00002,
+        scenario_fail_rate=0.0,
+        crash_rate=0.0,
+        canary={"share": 0.1, "min_cases": 4, "max_failure_rate": 0.25},
+    )
+    fast_retries(doc)
+    for graph in doc["graphs"].values():
+        graph["phases"]["prepare"]["args"] += ["--crash-rate", "1"]
+    manifest = stack.home / "ui-stopped-week.json"
+    manifest.write_text(json.dumps(doc))
+    trigger(stack, "avsim_weekly", STOPPED_RUN_ID, {"manifest": str(manifest)})
+    assert wait_for_run(stack, "avsim_weekly", STOPPED_RUN_ID, timeout=600) == "failed"
+    layout = RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for("avsim_weekly", STOPPED_RUN_ID))
+    assert read_json(layout.canary_gate)["state"] == "failed"
+    return {"layout": layout, "cases": 12, "canary": 4}
+
+
+def test_a_week_stopped_by_the_canary_gate_reads_right(
+    stack: LocalStack, stopped_week: dict[str, Any], tmp_path: Path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = launch(pw)
+        try:
+            page = signed_in(browser, stack).new_page()
+            page.goto(f"{stack.api_url}/avsim/dags/avsim_weekly/runs/{STOPPED_RUN_ID}")
+            page.wait_for_selector("body[data-loaded=true]", timeout=60_000)
+            page.screenshot(path=str(tmp_path / "stopped-week.png"), full_page=True)
+
+            def count(key: str) -> int:
+                return int(page.locator(f'[data-count="{key}"] .n').inner_text().replace(",", ""))
+
+            # The 8 cases past the canary never started and never will until someone acts.
+            assert count("planned") == 12 and count("done") == 4
+            assert page.locator('[data-count="waiting"]').count() == 0
+            assert count("not_started") == 8
+            assert (
+                "stopped by the canary gate"
+                in page.locator('[data-count="not_started"]').inner_text().lower()
+            )
+            # The crashed canary cases need attention; nothing else is red.
+            assert count("attention") == 4 and count("scenario_failed") == 0
+            # No pace or finish claim for the ended run.
+            note = page.locator("#timeline-note").inner_text()
+            assert "ahead by" not in note and "behind by" not in note and "no pace claim" in note
+            assert "no finish estimate" in page.locator("#deadline-note").inner_text()
+            assert page.locator('[data-count="gpus-needed"] .n').inner_text() == "—"
+            assert page.locator("[data-canary]").first.get_attribute("data-canary") == "failed"
+            # The run-level summary is shown as what it did, never as the bad build's bad_build victim.
+            summary = page.locator('tr[data-run-phase="weekly_summary"]')
+            assert summary.count() == 1
+            assert summary.get_attribute("data-shown") in ("passed", "not_run"), summary.inner_text()
+            assert "bad build" not in summary.inner_text() and summary.locator(".warn").count() == 0
+            # The chart spans the minutes the week ran; its deadline, days away, is an annotation.
+            svg = page.locator("#timeline-svg")
+            assert svg.locator("line[data-series=deadline]").count() == 0
+            assert "later →" in (svg.locator("text[data-series=deadline]").text_content() or "")
         finally:
             browser.close()
