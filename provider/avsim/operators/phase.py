@@ -127,6 +127,8 @@ class LocalPhaseOperator(AvsimPhaseOperator):
     """
 
     _proc: subprocess.Popen[str] | None = None
+    #: Set by :meth:`on_kill`: a user (or Airflow) ended the task while it ran.
+    _killed: threading.Event | None = None
     #: How often the worker looks at the process and its heartbeat, in seconds.
     watch_interval: float = 0.5
 
@@ -142,6 +144,9 @@ class LocalPhaseOperator(AvsimPhaseOperator):
             shutil.rmtree(hb_dir, ignore_errors=True)
 
     def _run(self, attempt: PhaseAttempt, hb_file: Path) -> AttemptResult:
+        killed = self._killed_event()
+        if killed.is_set():
+            raise PhaseKilled(f"{self._where(attempt.attempt)} was killed before it started")
         env = {**os.environ, **attempt.environment()}
         # The task process's parent is its worker (Airflow's supervisor). Airflow 3 gives the task
         # process nothing that ends it with its supervisor, so a worker killed with -9 would leave
@@ -178,6 +183,9 @@ class LocalPhaseOperator(AvsimPhaseOperator):
         started = time.monotonic()
         try:
             while True:
+                if killed.is_set():  # also when on_kill came between the start and self._proc
+                    self._kill(proc)
+                    break
                 try:
                     code = proc.wait(timeout=self.watch_interval)
                     break
@@ -191,6 +199,15 @@ class LocalPhaseOperator(AvsimPhaseOperator):
                     return AttemptResult(Outcome.INFRA_FAILED, -9, reason, detail, runner)
         finally:
             self._proc = None
+        # The leader is gone; what it started in its group goes with it (as a pod's containers end
+        # with the pod), whether the phase exited, was killed or its worker was lost.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if killed.is_set():
+            # Not an end of the attempt to record: the task is no longer the phase's to run. Nothing
+            # is committed, the breaker is not fed; the next try records the attempt as lost.
+            reader.join(timeout=5)
+            raise PhaseKilled(f"{self._where(attempt.attempt)} was killed ({runner}): nothing recorded")
         reader.join(timeout=30)
         outcome = classify_exit_code(code)
         reason = " | ".join(t for t in tail if t) if code else ""
@@ -225,9 +242,27 @@ class LocalPhaseOperator(AvsimPhaseOperator):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
+    def _killed_event(self) -> threading.Event:
+        if self._killed is None:
+            self._killed = threading.Event()
+        return self._killed
+
     def on_kill(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._kill(self._proc)
+        """Airflow's task runner calls this from its SIGTERM handler: a user marked the running task
+        failed or success, or cleared it (the worker's heartbeat got 409), or the worker is shutting
+        down. SIGKILL the phase's whole process group now; the task's thread sees the flag and ends
+        without recording the attempt. No wait here: the handler interrupts that thread, which may hold
+        the process's wait lock."""
+        self._killed_event().set()
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+class PhaseKilled(Exception):
+    """The running phase was killed through :meth:`LocalPhaseOperator.on_kill`; its attempt is not
+    recorded (the task instance's state is the user's, the next try records the attempt as lost)."""
 
 
 def die_with_parent(argv: list[str]) -> tuple[list[str], Callable[[], None] | None]:
