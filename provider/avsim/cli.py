@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,20 @@ pools_app = typer.Typer(help="The Airflow pools the weekly run's phases use.", n
 app.add_typer(pools_app, name="pools")
 
 
+#: The most slots (GPUs, CPUs, shard runs, tasks) a command takes: more is a typo, and the planner's
+#: simulation would allocate for each (issue 28: a bad argument is a clear error, not a stalled machine).
+MAX_SLOTS = 100_000
+#: Cases of a demo week and of one shard: [avsim] max_manifest_cases's default (avsim.manifest.policy).
+MAX_CASES = 100_000
+
+
+def _finite(value: float | None) -> float | None:
+    """Refuse nan and inf, which click's FloatRange lets through (nan compares false with any bound)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number; give a number such as 0.5")
+    return value
+
+
 def _fail(exc: Exception) -> None:
     typer.secho(str(exc), fg=typer.colors.RED, err=True)
     raise typer.Exit(code=1)
@@ -33,13 +48,15 @@ def manifest_sample(
     ),
     seed: int = typer.Option(7, help="Seed of the generator (the manifest is deterministic)."),
     time_scale: float = typer.Option(
-        0.001, help="Fake-simulator seconds per estimated second (0.001: a 30-minute phase runs 1.8 s)."
+        0.001,
+        callback=_finite,
+        help="Fake-simulator seconds per estimated second (0.001: a 30-minute phase runs 1.8 s).",
     ),
     scenario_fail_rate: float = typer.Option(
-        0.03, min=0, max=1, help="Share of scenarios the software fails."
+        0.03, min=0, max=1, callback=_finite, help="Share of scenarios the software fails."
     ),
     crash_rate: float = typer.Option(
-        0.0, min=0, max=1, help="Share of attempts that crash (infrastructure)."
+        0.0, min=0, max=1, callback=_finite, help="Share of attempts that crash (infrastructure)."
     ),
     iso_week: str = typer.Option(None, help="ISO week, e.g. 2026-W49 (default: this week)."),
 ) -> None:
@@ -72,10 +89,11 @@ def manifest_validate(
     catalog: Path = typer.Option(None, help="Also check it against this graph catalog (the deployed DAG)."),
 ) -> None:
     """Check a manifest; print every problem with its path and the fix."""
-    from avsim.manifest.loader import load_manifest
+    from avsim.manifest.bounded import load_manifest_bounded
 
     try:
-        loaded = load_manifest(source)
+        # In a child process with the memory and CPU bounds of the weekly run's prepare (docs/security.md).
+        loaded = load_manifest_bounded(source)
         families = None
         if catalog is not None:
             from avsim.plan.build import build_plan
@@ -172,12 +190,12 @@ def catalog_write(
 
 @app.command("demo")
 def demo(
-    cases: int = typer.Option(200, "--cases", "-n", min=1, help="Cases in the demo week."),
+    cases: int = typer.Option(200, "--cases", "-n", min=1, max=MAX_CASES, help="Cases in the demo week."),
     home: Path = typer.Option(Path(".avsim/demo"), help="Airflow home the demo prepares and uses."),
     shard_size: int = typer.Option(50, help="Cases per shard run (S)."),
     max_active_shards: int = typer.Option(2, help="Shard runs active at once (W)."),
     crash_rate: float = typer.Option(
-        0.02, min=0, max=1, help="Share of attempts that crash and are retried."
+        0.02, min=0, max=1, callback=_finite, help="Share of attempts that crash and are retried."
     ),
     exit_when_done: bool = typer.Option(False, help="Stop Airflow once the report is written."),
 ) -> None:
@@ -242,34 +260,53 @@ def report(
 @app.command("plan")
 def plan(
     manifest: str = typer.Argument(..., help="Path or URI of the manifest."),
-    gpus: int = typer.Option(..., "--gpus", min=0, help="Spot GPU slots (the GPU spot pool)."),
-    cpus: int = typer.Option(..., "--cpus", min=0, help="CPU slots (the CPU pool; one per CPU phase)."),
-    on_demand_gpus: int = typer.Option(0, "--on-demand-gpus", min=0, help="On-demand GPU slots."),
+    gpus: int = typer.Option(..., "--gpus", min=0, max=MAX_SLOTS, help="Spot GPU slots (the GPU spot pool)."),
+    cpus: int = typer.Option(
+        ..., "--cpus", min=0, max=MAX_SLOTS, help="CPU slots (the CPU pool; one per CPU phase)."
+    ),
+    on_demand_gpus: int = typer.Option(
+        0, "--on-demand-gpus", min=0, max=MAX_SLOTS, help="On-demand GPU slots."
+    ),
     deadline: str = typer.Option(
         None, help="Deadline, ISO with zone (default: the manifest's run.deadline)."
     ),
-    deadline_hours: float = typer.Option(None, "--deadline-hours", help="Deadline in hours after the start."),
-    start: str = typer.Option(None, help="The run's start, ISO (default: Monday 06:00 UTC of its week)."),
-    preemption_rate: float = typer.Option(0.0, min=0, help="Spot preemptions per GPU-hour (0.05: 5 %/hour)."),
-    checkpoint_seconds: float = typer.Option(300.0, min=1, help="Work between checkpoints of a phase."),
-    failure_rate: float = typer.Option(
-        0.0, min=0, max=0.99, help="Share of attempts failing (infrastructure)."
+    deadline_hours: float = typer.Option(
+        None, "--deadline-hours", min=0, callback=_finite, help="Deadline in hours after the start."
     ),
-    duration_spread: float = typer.Option(0.0, min=0, max=0.99, help="Durations vary by up to ± this share."),
-    shard_size: int = typer.Option(None, "--shard-size", min=1, help="S (default: [avsim] shard_size)."),
+    start: str = typer.Option(None, help="The run's start, ISO (default: Monday 06:00 UTC of its week)."),
+    preemption_rate: float = typer.Option(
+        0.0, min=0, callback=_finite, help="Spot preemptions per GPU-hour (0.05: 5 %/hour)."
+    ),
+    checkpoint_seconds: float = typer.Option(
+        300.0, min=1, callback=_finite, help="Work between checkpoints of a phase."
+    ),
+    failure_rate: float = typer.Option(
+        0.0, min=0, max=0.99, callback=_finite, help="Share of attempts failing (infrastructure)."
+    ),
+    duration_spread: float = typer.Option(
+        0.0, min=0, max=0.99, callback=_finite, help="Durations vary by up to ± this share."
+    ),
+    shard_size: int = typer.Option(
+        None, "--shard-size", min=1, max=MAX_CASES, help="S (default: [avsim] shard_size)."
+    ),
     max_active_shards: int = typer.Option(
-        None, "--max-active-shards", min=1, help="W (default: [avsim] max_active_shards)."
+        None, "--max-active-shards", min=1, max=MAX_SLOTS, help="W (default: [avsim] max_active_shards)."
     ),
     shard_logical_dates: bool = typer.Option(
         True,
         help="Shard runs carry increasing logical dates, as avsim triggers them (Airflow orders equal weights by them).",
     ),
-    max_active_tasks_per_shard: int = typer.Option(None, min=1, help="The shard DAG's max_active_tasks."),
-    parallelism: int = typer.Option(None, min=1, help="[core] parallelism: most phases running at once."),
+    max_active_tasks_per_shard: int = typer.Option(
+        None, min=1, max=MAX_SLOTS, help="The shard DAG's max_active_tasks."
+    ),
+    parallelism: int = typer.Option(
+        None, min=1, max=MAX_SLOTS, help="[core] parallelism: most phases running at once."
+    ),
     phase_overhead_seconds: float = typer.Option(
         None,
         "--phase-overhead-seconds",
         min=0,
+        callback=_finite,
         help="Orchestrator seconds per phase attempt besides its work (default: [avsim] "
         "planner_phase_overhead_seconds, 0).",
     ),
@@ -277,16 +314,27 @@ def plan(
         None,
         "--phase-overhead-in-slot-seconds",
         min=0,
+        callback=_finite,
         help="Of the overhead, the part a phase holds its slots for (default: all; the rest is latency).",
     ),
     shard_start_seconds: float = typer.Option(
-        0.0, min=0, help="From a window slot freeing to the next shard run's first phases being ready."
+        0.0,
+        min=0,
+        callback=_finite,
+        help="From a window slot freeing to the next shard run's first phases being ready.",
     ),
     run_phases_start_seconds: float = typer.Option(
-        0.0, min=0, help="From the last shard run's end to the run-level phases being ready."
+        0.0,
+        min=0,
+        callback=_finite,
+        help="From the last shard run's end to the run-level phases being ready.",
     ),
     time_scale: float = typer.Option(
-        1.0, "--time-scale", min=1e-9, help="Phases work their estimate x this (a demo's fake phases)."
+        1.0,
+        "--time-scale",
+        min=1e-9,
+        callback=_finite,
+        help="Phases work their estimate x this (a demo's fake phases).",
     ),
     seed: int = typer.Option(0, help="Seed of preemptions, failures and durations."),
     search: bool = typer.Option(True, help="Search the smallest GPU count that meets the deadline."),

@@ -65,7 +65,7 @@ MANIFESTS: list[Any] = [
     Bad("python_tag.yaml", "apiVersion", "explicit YAML tag !!python/object/apply:os.system at line 1; a"),
     Bad("billion_laughs.yaml", "", "write the repeated parts out or use fewer nested aliases"),
     Bad("recursive_alias.yaml", "cases[0]", "recursive YAML alias at line 1; remove it"),
-    Bad("bad_json_deep.json", "run" + "[0]" * 199, "JSON nesting is too deep: more than 200 levels here"),
+    Bad("bad_json_deep.json", "run" + "[0]" * 199, "JSON nesting is too deep: more than 200 levels here (a"),
     Bad("bad_yaml_deep_flow.yaml", "", "exceeded maximum nesting depth"),
     Bad("bad_env_file.txt", "", "at the top level, got a str", secret="wJalrXUtnFEMI"),
     # duplicate keys
@@ -228,6 +228,32 @@ MANIFESTS: list[Any] = [
     Bad("bad_phase_names_differ_in_case.yaml", f"{PHASE}.report", "'report' differs from 'Report' only in"),
     Bad(
         "bad_json_infinity.json", "cases[1].seed", "Infinity is not a JSON number; use a finite number (line"
+    ),
+    # issue 28: bombs are refused by cheap structural limits, the path cut at the depth limit (200 levels)
+    Bad(
+        "bad_json_depth_bomb.json",
+        "cases[0].parameters" + ".a" * 197,
+        "JSON nesting is too deep: more than 200 levels here (a fixed limit); flatten it (line 127, column 1003)",
+    ),
+    Bad(
+        "bad_json_depth_lists.json",
+        f"{PHASE}.prepare.args[2]" + "[0]" * 194,
+        "JSON nesting is too deep: more than 200 levels here (a fixed limit); flatten it (line 32, column 201)",
+    ),
+    Bad(
+        "bad_yaml_depth_bomb.yaml",
+        "cases[0].parameters" + ".a" * 197,
+        "YAML nesting is too deep: more than 200 levels here (a fixed limit); flatten it (line 55, column 805)",
+    ),
+    Bad(
+        "bad_yaml_depth_block.yaml",
+        "cases[0].parameters" + ".a" * 197,
+        "YAML nesting is too deep: more than 200 levels here (a fixed limit); flatten it (line 253, column 401)",
+    ),
+    Bad(
+        "bad_json_huge_number.json",
+        "cases[0].parameters.ego_speed_kph",
+        "is too large for a float; use a finite number (line 127, column 36)",
     ),
 ]
 

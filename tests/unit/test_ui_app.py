@@ -162,6 +162,33 @@ def test_paths_outside_the_run_are_refused(week: Any, path: str, status: int) ->
     assert "not an artifact" not in resp.text
 
 
+LONG = "r" * 251
+
+
+@pytest.mark.parametrize(
+    ("path", "param"),
+    [
+        # issue 28: every value a request names is bounded; a bad one is a 422 naming it, not a 500
+        (f"/api/runs/avsim_weekly/{Q_RUN}/progress?offset={2**63}", "offset"),
+        (f"/api/runs/avsim_weekly/{LONG}/progress", "run_id"),
+        ("/api/runs/avsim_weekly/bad%00run/progress", "run_id"),
+        (f"/dags/{LONG}/runs/{Q_RUN}", "dag_id"),
+        ("/dags/avsim_weekly/runs/x%1b%5b2J", "run_id"),
+        (f"/dags/avsim_weekly/runs/{Q_RUN}/tasks/standard.simulate/mapped/{2**70}", "map_index"),
+        (f"/dags/avsim_weekly/runs/{Q_RUN}/tasks/{LONG}/mapped/0", "task_id"),
+        (f"/runs/{'k' * 513}/cases/case-00001", "run_key"),
+        (f"/api/runs/{KEY}/cases/case%00", "case_id"),
+        (f"/runs/{KEY}/files/{'a/' * 2100}", "path"),
+        (f"/runs/{KEY}/report/x%00.html", "name"),
+    ],
+)
+def test_a_bad_request_value_is_a_4xx_naming_it(week: Any, path: str, param: str) -> None:
+    client, _layout, _truth = week
+    resp = client.get(path)
+    assert resp.status_code == 422, (path, resp.status_code, resp.text[:300])
+    assert [e["loc"][-1] for e in resp.json()["detail"]] == [param]
+
+
 def test_a_symbolic_link_out_of_the_run_is_refused(week: Any) -> None:
     client, layout, _truth = week
     secret = put(f"{layout.root}/secret.txt", "not an artifact")

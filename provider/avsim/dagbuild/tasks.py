@@ -37,13 +37,21 @@ def prepare_week(
     Idempotent: a retry finds the same snapshot and shard files and returns the same answer;
     a different manifest under the same run is refused (the snapshot is immutable).
     """
-    from avsim.manifest.loader import load_manifest
-    from avsim.manifest.policy import check_prepare
+    from avsim.manifest.bounded import load_manifest_bounded, parse_bounded
+    from avsim.manifest.policy import check_prepare, policy_from_settings
     from avsim.manifest.snapshot import write_snapshot
+    from avsim.manifest.source import INLINE_SOURCE, is_inline
     from avsim.plan.canary import select_canary
     from avsim.plan.shards import CANARY_SHARD, planned_work
 
-    loaded = load_manifest(source, max_bytes=settings.max_manifest_bytes)
+    # Parsed and validated in a child process with a memory and CPU ceiling (manifest/bounded.py):
+    # a manifest built to exhaust the validator is refused there, and this worker keeps serving.
+    policy = policy_from_settings(settings)
+    if is_inline(source):  # the manifest's text in the trigger's conf
+        loaded = parse_bounded(source.encode("utf-8", errors="surrogatepass"), INLINE_SOURCE, None, policy)
+        source = INLINE_SOURCE
+    else:
+        loaded = load_manifest_bounded(source, policy)
     manifest = loaded.manifest
     check_prepare(manifest, settings, source)  # the run's URI rules, limits and deadline (manifest/policy.py)
     families = assign_families(manifest, plan)

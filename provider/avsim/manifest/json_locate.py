@@ -5,6 +5,11 @@ about well-formed JSON it does not take: a duplicate key (which one is kept?), `
 ``Infinity`` or a number too large for a float, and nesting deeper than the parser goes. The
 loader parses with the fast C parser and, only when one of those turned up, runs this scanner, a
 tokenizer over the text (iterative: no depth limit of its own) that tracks the path of every value.
+
+Its cost is linear in the text and its memory bounded by :data:`MAX_JSON_DEPTH` (issue 28): a frame
+holds its own key or index, not the path from the root (the path is built from the frames only for
+a problem reported), and the scan stops at the first container nested too deep, so its path is cut
+at the limit. Everything inside it would be refused with it anyway.
 """
 
 from __future__ import annotations
@@ -32,15 +37,18 @@ _TOKEN = re.compile(
 
 
 class _Frame:
-    __slots__ = ("index", "is_map", "key", "loc", "seen", "want_key")
+    __slots__ = ("index", "is_map", "key", "seen", "want_key")
 
-    def __init__(self, is_map: bool, loc: tuple[Any, ...]) -> None:
+    def __init__(self, is_map: bool) -> None:
         self.is_map = is_map
-        self.loc = loc
-        self.seen: dict[str, tuple[int, int]] = {}
+        self.seen: dict[str, int] = {}
         self.index = 0
         self.key: str | None = None
         self.want_key = is_map
+
+
+def too_deep_message() -> str:
+    return f"JSON nesting is too deep: more than {MAX_JSON_DEPTH} levels here (a fixed limit); flatten it"
 
 
 def json_problems(text: str) -> list[Problem]:
@@ -61,10 +69,7 @@ def json_problems(text: str) -> list[Problem]:
         return line, pos - line_start + 1
 
     def value_loc() -> tuple[Any, ...]:
-        if not stack:
-            return ()
-        top = stack[-1]
-        return (*top.loc, top.key) if top.is_map else (*top.loc, top.index)
+        return tuple(f.key if f.is_map else f.index for f in stack)
 
     def add(loc: tuple[Any, ...], pos: int, message: str) -> None:
         if len(out) < MAX_REPORTED:
@@ -84,29 +89,27 @@ def json_problems(text: str) -> list[Problem]:
         if top is not None and top.is_map and top.want_key:
             if first == '"':
                 key = json.loads(tok)
-                ln, col = where(start)
+                ln, _ = where(start)
                 if key in top.seen:
-                    first_ln, _ = top.seen[key]
+                    first_ln = top.seen[key]
+                    top.key = key
                     add(
-                        (*top.loc, key),
+                        value_loc(),
                         start,
                         f"duplicate key {key!r} in a JSON object (first at line {first_ln}); keep one of them",
                     )
                 else:
-                    top.seen[key] = (ln, col)
+                    top.seen[key] = ln
                 top.key, top.want_key = key, False
             elif first == "}":
                 stack.pop()
             continue
         if first in "{[":
-            loc = value_loc()
-            stack.append(_Frame(first == "{", loc))
-            if len(stack) == MAX_JSON_DEPTH + 1:
-                add(
-                    loc,
-                    start,
-                    f"JSON nesting is too deep: more than {MAX_JSON_DEPTH} levels here; flatten it",
-                )
+            if len(stack) == MAX_JSON_DEPTH:
+                # The container that opens level MAX_JSON_DEPTH + 1: its path is the limit's length.
+                add(value_loc(), start, too_deep_message())
+                return out
+            stack.append(_Frame(first == "{"))
         elif first in "}]":
             if stack:
                 stack.pop()

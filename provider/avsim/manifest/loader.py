@@ -6,11 +6,13 @@ The bytes go through a fixed sequence of gates, each of which rejects with a
 1. size (``max_bytes``, checked from the file's metadata before it is read, and again while reading);
 2. UTF-8 (the byte offset of the first bad byte);
 3. syntax (YAML or JSON, line and column);
-4. YAML structure (:mod:`avsim.manifest.yaml_nodes`): duplicate mapping keys, alias expansion,
+4. structure, cheaply, before anything is built (:mod:`avsim.manifest.prescan`): nesting depth and
+   the case count (YAML from its event stream, before its node graph; JSON on the parsed document);
+5. YAML structure (:mod:`avsim.manifest.yaml_nodes`): duplicate mapping keys, alias expansion,
    explicit tags and YAML 1.1 readings that would change a value (line and document path);
    JSON structure (:mod:`avsim.manifest.json_locate`): duplicate keys, non-finite numbers and
    nesting, each with its line, column and document path;
-5. the manifest itself (:func:`avsim.manifest.validation.validate_manifest`), with the
+6. the manifest itself (:func:`avsim.manifest.validation.validate_manifest`), with the
    deployment's :class:`~avsim.manifest.policy.ManifestPolicy` (limits, URI allow-list).
 
 YAML anchors and aliases are allowed (``<<: *defaults`` is a common way to share phase
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from avsim.errors import ManifestError, Problem
 from avsim.manifest.json_locate import json_problems
 from avsim.manifest.policy import DEFAULT_MAX_BYTES, ManifestPolicy
+from avsim.manifest.prescan import json_structure_problems, yaml_structure_problems
 from avsim.manifest.validation import validate_manifest
 from avsim.manifest.yaml_nodes import MAX_EXPANSION_FACTOR, MIN_EXPANSION_LIMIT, check_nodes
 
@@ -110,19 +113,22 @@ def parse_manifest_text(
     if not text.strip():
         raise _error("the file is empty; a manifest needs run and cases", source)
     fmt = fmt or _format_from_name(source)
+    max_cases = policy.max_cases if policy is not None else None
     if fmt is None and text.lstrip().startswith("{"):
         try:
-            data = _parse_json(text, source)
+            data = _parse_json(text, source, max_cases)
         except ManifestError as json_error:
+            if json_error.problems and "JSON syntax error" not in json_error.problems[0].message:
+                raise  # well-formed JSON refused by a limit: no YAML reading would take it
             # Sniffed, not declared: flow-style YAML also starts with "{".
             try:
-                data = _parse_yaml(text, source)
+                data = _parse_yaml(text, source, max_cases)
             except ManifestError:
                 raise json_error from None
     elif fmt == "json":
-        data = _parse_json(text, source)
+        data = _parse_json(text, source, max_cases)
     else:
-        data = _parse_yaml(text, source)
+        data = _parse_yaml(text, source, max_cases)
     if data is None:
         raise _error(
             "the document is empty (only comments or an explicit null); a manifest needs run and cases",
@@ -207,7 +213,7 @@ def _error(message: str, source: str) -> ManifestError:
 # ---------------------------------------------------------------------------------------- JSON
 
 
-def _parse_json(text: str, source: str) -> Any:
+def _parse_json(text: str, source: str, max_cases: int | None = None) -> Any:
     """Fast path: the C parser. A duplicate key, a non-finite number or nesting too deep for it sends
     the text through :func:`json_problems`, which names each problem's line, column and path."""
     suspect = False
@@ -243,14 +249,21 @@ def _parse_json(text: str, source: str) -> Any:
         if found:
             raise ManifestError(found, source=source)
         raise _error("JSON error: the document could not be read; check it with a JSON linter", source)
+    found = json_structure_problems(data, text, max_cases)
+    if found:
+        raise ManifestError(found, source=source)
     return data
 
 
 # ---------------------------------------------------------------------------------------- YAML
 
 
-def _parse_yaml(text: str, source: str) -> Any:
+def _parse_yaml(text: str, source: str, max_cases: int | None = None) -> Any:
     import yaml
+
+    found = yaml_structure_problems(text, max_cases)
+    if found:
+        raise ManifestError(found, source=source)
 
     loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     loader = loader_cls(text)

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from avsim.manifest.links import Link, unlink
+
 Loc = tuple[Hashable, ...]
 
 MASK = "****"
@@ -245,34 +247,35 @@ def _message(kind: str, masked: str) -> str:
     return f"{kind} ({masked}): {USE_A_CONNECTION}"
 
 
-def secret_problems(data: Any) -> list[tuple[Loc, str]]:
-    """Every credential-shaped string of a parsed document, with its location and a masked message."""
+def secret_problems(data: Any, limit: int | None = None) -> list[tuple[Loc, str]]:
+    """Every credential-shaped string of a parsed document, with its location and a masked message
+    (``limit``: stop after about that many; each costs a path)."""
     if not _suspicious(data):
         return []
     out: list[tuple[Loc, str]] = []
-    stack: list[tuple[Any, Loc]] = [(data, ())]
-    while stack:
-        node, loc = stack.pop()
+    stack: list[tuple[Any, Link]] = [(data, None)]
+    while stack and (limit is None or len(out) < limit):
+        node, link = stack.pop()
         if isinstance(node, dict):
             for key, value in node.items():
-                here = (*loc, key)
+                here = (link, key)
                 if isinstance(key, str):
                     for f in find_secrets(key):
-                        out.append((here, _message(f"{f.kind} in a key", f.masked)))
+                        out.append((unlink(here), _message(f"{f.kind} in a key", f.masked)))
                     named = isinstance(value, str) and is_sensitive_key(key) and _holds_value(value)
                     if named and not find_secrets(value):  # a value with a shape is reported with it
-                        out.append((here, _message(f"a credential under the key {key!r}", MASK)))
+                        out.append((unlink(here), _message(f"a credential under the key {key!r}", MASK)))
                 stack.append((value, here))
         elif isinstance(node, list | tuple):
             for i, value in enumerate(node):
-                stack.append((value, (*loc, i)))
+                stack.append((value, (link, i)))
                 if isinstance(value, str) and _sensitive_option(value) and i + 1 < len(node):
                     after = node[i + 1]
                     if isinstance(after, str) and _holds_value(after) and not find_secrets(after):
-                        out.append(((*loc, i + 1), _message(f"a credential after {value!r}", MASK)))
+                        out.append(((*unlink(link), i + 1), _message(f"a credential after {value!r}", MASK)))
         elif isinstance(node, str):
             for f in find_secrets(node):
-                out.append((loc, _message(f.kind, f.masked)))
+                out.append((unlink(link), _message(f.kind, f.masked)))
     return out
 
 

@@ -4,6 +4,11 @@
 reference (:mod:`avsim.deadline.reference`) reads ahead of it, so both name the same manifest.
 :func:`check_location` refuses, before anything reads it, a location with a credential in it or
 one that no filesystem serves (also the run descriptor's artifact root, in a shard run's conf).
+
+The ``manifest`` parameter may also hold the manifest itself (:func:`is_inline`: JSON or YAML text,
+pasted into the trigger form): then it is the text that ``prepare`` validates, with the bounds of a
+file (``[avsim] max_manifest_bytes``, :mod:`avsim.manifest.bounded`), under the name
+:data:`INLINE_SOURCE`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,14 @@ from avsim.errors import ManifestError, Problem
 from avsim.settings import AvsimSettings
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+#: How an inline manifest is named in problems and in the run descriptor.
+INLINE_SOURCE = "params.manifest (inline)"
+
+
+def is_inline(value: str) -> bool:
+    """A ``manifest`` parameter that is the manifest's text, not its location: a JSON object, or
+    text of several lines (no path or URI holds a line break)."""
+    return value.lstrip().startswith("{") or "\n" in value.strip()
 
 
 def manifest_source(params: dict[str, Any], settings: AvsimSettings, when: dt.datetime | None) -> str:
@@ -26,6 +39,21 @@ def manifest_source(params: dict[str, Any], settings: AvsimSettings, when: dt.da
             [Problem("params.manifest", f"must be a path or URI (a string), got {type(given).__name__}")],
             source="DAG run conf",
         )
+    if given is not None and is_inline(given):
+        size = len(given.encode("utf-8", errors="surrogatepass"))
+        if size > settings.max_manifest_bytes:
+            raise ManifestError(
+                [
+                    Problem(
+                        "params.manifest",
+                        f"the inline manifest is too large: {size} bytes, the limit is "
+                        f"{settings.max_manifest_bytes} bytes; split the week into several manifests or raise "
+                        "[avsim] max_manifest_bytes",
+                    )
+                ],
+                source=INLINE_SOURCE,
+            )
+        return given
     source = str(given or settings.default_manifest or "").strip()
     if not source:
         raise ManifestError(

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ValidationError
 from avsim.errors import ManifestError, Problem
 from avsim.manifest.field_errors import Loc, child, describe, format_path, pydantic_problems
 from avsim.manifest.ids import fold
+from avsim.manifest.links import Link, unlink
 from avsim.manifest.models import FORBIDDEN_POD_FIELDS, NAME_PATTERN, POD_FIELDS_ALLOWED, Manifest
 from avsim.manifest.phase_graph import dependency_problems
 from avsim.manifest.secrets import mask_secrets, secret_problems
@@ -98,12 +99,18 @@ def validate_document(
     except ValidationError as exc:
         found.extend(_each_forbidden_pod_field(pydantic_problems(exc, data), data))
     found.extend(_document_problems(data))
-    found.extend(secret_problems(data))
-    found.extend(_text_problems(data))
+    # Walks that would find more than can be shown stop there (a path costs its depth).
+    secrets, texts = (
+        secret_problems(data, limit=MAX_PROBLEMS + 1),
+        _text_problems(data, limit=MAX_PROBLEMS + 1),
+    )
+    capped = max(len(secrets), len(texts)) > MAX_PROBLEMS
+    found.extend(secrets)
+    found.extend(texts)
     if policy is not None:
         found.extend(policy.problems(data))
     if found:
-        raise ManifestError(_ordered(found, data), source=source)
+        raise ManifestError(_ordered(found, data, capped), source=source)
     assert validated is not None
     return validated
 
@@ -201,16 +208,16 @@ _JSON_SCALARS = (str, int, float, bool, type(None))
 def _parameter_problems(parameters: dict[Any, Any]) -> list[tuple[Loc, str]]:
     """What a phase could not get back byte for byte from the JSON object of its parameters."""
     out: list[tuple[Loc, str]] = []
-    stack: list[tuple[Any, Loc]] = [(parameters, ())]
+    stack: list[tuple[Any, Link]] = [(parameters, None)]
     while stack and len(out) < 200:
-        node, loc = stack.pop()
+        node, link = stack.pop()
         items = node.items() if isinstance(node, dict) else enumerate(node)
         for key, value in items:
-            here = (*loc, key)
+            here = (link, key)
             if isinstance(node, dict) and not isinstance(key, str):
                 out.append(
                     (
-                        here,
+                        unlink(here),
                         f"the key {key!r} is {describe(key)}, not text; a phase gets parameters as JSON, where "
                         f"it would become {_json_key(key)!r}: quote the key",
                     )
@@ -220,7 +227,7 @@ def _parameter_problems(parameters: dict[Any, Any]) -> list[tuple[Loc, str]]:
             elif not isinstance(value, _JSON_SCALARS):
                 out.append(
                     (
-                        here,
+                        unlink(here),
                         f"{type(value).__name__} is no JSON value; a phase gets parameters as JSON: write a string, "
                         "number, true/false, null, list or mapping (quote a date to keep it as text)",
                     )
@@ -272,33 +279,27 @@ def _each_forbidden_pod_field(found: list[tuple[Loc, str]], data: Any) -> list[t
     return out
 
 
-def _text_problems(data: Any) -> list[tuple[Loc, str]]:
-    """Strings no phase could be given: a NUL character ends a C string, a lone surrogate is no text."""
+def _text_problems(data: Any, limit: int | None = None) -> list[tuple[Loc, str]]:
+    """Strings no phase could be given: a NUL character ends a C string, a lone surrogate is no text.
+
+    ``limit``: stop after that many (a path is built for each: a million of them, 200 levels deep,
+    would cost O(problems x depth); one more than the shown maximum says that there are more)."""
     out: list[tuple[Loc, str]] = []
-    stack: list[tuple[Any, Loc]] = [(data, ())]
-    while stack:
-        node, loc = stack.pop()
-        if isinstance(node, dict):
-            for key, value in node.items():
-                here = (*loc, key)
-                if isinstance(key, str) and not key.isascii():
-                    out.extend((here, f"the key {m}") for m in _bad_text(key))
-                if isinstance(value, str):
-                    if not value.isascii() or "\x00" in value:
-                        out.extend((here, m) for m in _bad_text(value))
-                elif isinstance(value, dict | list):
-                    stack.append((value, here))
-                elif isinstance(value, float) and not math.isfinite(value):
-                    out.append((here, _NOT_FINITE))
-        elif isinstance(node, list):
-            for i, value in enumerate(node):
-                if isinstance(value, str):
-                    if not value.isascii() or "\x00" in value:
-                        out.extend(((*loc, i), m) for m in _bad_text(value))
-                elif isinstance(value, dict | list):
-                    stack.append((value, (*loc, i)))
-                elif isinstance(value, float) and not math.isfinite(value):
-                    out.append(((*loc, i), _NOT_FINITE))
+    stack: list[tuple[Any, Link]] = [(data, None)]
+    while stack and (limit is None or len(out) < limit):
+        node, link = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            here = (link, key)
+            if isinstance(key, str) and not key.isascii():
+                out.extend((unlink(here), f"the key {m}") for m in _bad_text(key))
+            if isinstance(value, str):
+                if not value.isascii() or "\x00" in value:
+                    out.extend((unlink(here), m) for m in _bad_text(value))
+            elif isinstance(value, dict | list):
+                stack.append((value, here))
+            elif isinstance(value, float) and not math.isfinite(value):
+                out.append((unlink(here), _NOT_FINITE))
     return out
 
 
@@ -352,8 +353,9 @@ def _graph_problems(
 # ------------------------------------------------------------------------------- ordering, limit
 
 
-def _ordered(found: list[tuple[Loc, str]], data: dict[str, Any]) -> list[Problem]:
-    keyed = [(_order_key(loc, data), seq, loc, msg) for seq, (loc, msg) in enumerate(found)]
+def _ordered(found: list[tuple[Loc, str]], data: dict[str, Any], capped: bool = False) -> list[Problem]:
+    positions: dict[int, dict[Any, int]] = {}
+    keyed = [(_order_key(loc, data, positions), seq, loc, msg) for seq, (loc, msg) in enumerate(found)]
     keyed.sort(key=lambda item: (item[0], item[1]))
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()
@@ -367,18 +369,25 @@ def _ordered(found: list[tuple[Loc, str]], data: dict[str, Any]) -> list[Problem
     if len(problems) > MAX_PROBLEMS:
         extra = len(problems) - MAX_PROBLEMS
         problems = problems[:MAX_PROBLEMS]
-        problems.append(Problem("", f"... and {extra} more problems not shown; fix these and validate again"))
+        more = f"at least {extra}" if capped else str(extra)
+        problems.append(Problem("", f"... and {more} more problems not shown; fix these and validate again"))
     return problems
 
 
-def _order_key(loc: Loc, data: object) -> tuple[int, ...]:
-    """Position of ``loc`` in the document: key positions in mappings, indexes in lists."""
+def _order_key(loc: Loc, data: object, positions: dict[int, dict[Any, int]]) -> tuple[int, ...]:
+    """Position of ``loc`` in the document: key positions in mappings, indexes in lists.
+
+    ``positions``: each mapping's key positions, built once per mapping (a million problems in one
+    mapping of a million keys cost a million look-ups, not 10^12 steps)."""
     key: list[int] = []
     node: Any = data
     for seg in loc:
         if isinstance(node, dict):
+            where = positions.get(id(node))
+            if where is None:
+                where = positions[id(node)] = {k: i for i, k in enumerate(node)}
             try:
-                key.append(list(node).index(seg) if seg in node else len(node))
+                key.append(where.get(seg, len(node)))
             except TypeError:
                 key.append(len(node))
         elif isinstance(node, list) and isinstance(seg, int):

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from sqlalchemy.orm import Session
 
@@ -30,6 +31,19 @@ from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
 from avsim.ui import files, pages, urls
 from avsim.ui.progress import DigestCache
 from avsim.ui.timeline import TimelineCache
+
+# Bounds of every value a request names (issue 28): a bad one is a 422 naming the parameter, never
+# a database error or a traceback (a NUL character or an integer past int32 would reach PostgreSQL).
+_PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
+#: Airflow's ids (dag_id, run_id, task_id) are at most 250 characters (ID_LEN).
+AirflowId = Annotated[str, PathParam(min_length=1, max_length=250, pattern=_PRINTABLE)]
+#: A run key (``<dag_id>__<run_id>``, made path-safe) and a case id; files.check_* refine them.
+RunKey = Annotated[str, PathParam(min_length=1, max_length=512, pattern=_PRINTABLE)]
+CaseId = Annotated[str, PathParam(min_length=1, max_length=250, pattern=_PRINTABLE)]
+#: A file's path inside a run's artifacts (files.resolve refuses what leaves the run).
+FilePath = Annotated[str, PathParam(max_length=4096, pattern=r"^[^\x00-\x1f\x7f]*$")]
+INT32_MAX = 2**31 - 1
+MapIndex = Annotated[int, PathParam(ge=-1, le=INT32_MAX)]
 
 
 def _authenticated() -> Any:
@@ -122,9 +136,9 @@ def create_app() -> FastAPI:
     def progress(
         request: Request,
         session: DbSession,
-        dag_id: str,
-        run_id: str,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        dag_id: AirflowId,
+        run_id: AirflowId,
+        offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
     ) -> dict[str, Any]:
         from avsim.ui.week import week_progress
@@ -143,14 +157,16 @@ def create_app() -> FastAPI:
         )
 
     @app.get("/dags/{dag_id}/runs/{run_id}", dependencies=guarded, response_class=HTMLResponse)
-    def progress_page(request: Request, session: DbSession, dag_id: str, run_id: str) -> str:
+    def progress_page(request: Request, session: DbSession, dag_id: AirflowId, run_id: AirflowId) -> str:
         ref = _week(session, dag_id, run_id)
         return pages.progress_page(
             ref.dag_id, ref.run_id, urls.progress_api(ref.dag_id, ref.run_id, _base(request))
         )
 
     @app.get("/dags/{dag_id}/runs/{run_id}/report", dependencies=guarded)
-    def report_of_run(request: Request, session: DbSession, dag_id: str, run_id: str) -> RedirectResponse:
+    def report_of_run(
+        request: Request, session: DbSession, dag_id: AirflowId, run_id: AirflowId
+    ) -> RedirectResponse:
         ref = _week(session, dag_id, run_id)
         return RedirectResponse(urls.report_page(ref.run_key, _base(request)), status_code=307)
 
@@ -160,7 +176,12 @@ def create_app() -> FastAPI:
         response_model=None,
     )
     def case_of_task(
-        request: Request, session: DbSession, dag_id: str, run_id: str, task_id: str, map_index: int
+        request: Request,
+        session: DbSession,
+        dag_id: AirflowId,
+        run_id: AirflowId,
+        task_id: AirflowId,
+        map_index: MapIndex,
     ) -> RedirectResponse | HTMLResponse:
         TI = airflow_internals.models()["TaskInstance"]
         from sqlalchemy import select
@@ -197,25 +218,25 @@ def create_app() -> FastAPI:
         return doc, week
 
     @app.get("/api/runs/{run_key}/cases/{case_id}", dependencies=guarded)
-    def case_api(request: Request, session: DbSession, run_key: str, case_id: str) -> dict[str, Any]:
+    def case_api(request: Request, session: DbSession, run_key: RunKey, case_id: CaseId) -> dict[str, Any]:
         doc, _week_of_case = _case_doc(request, session, run_key, case_id)
         if not doc["phases"]:
             raise HTTPException(404, f"nothing recorded for case {case_id!r} of run {run_key!r}")
         return doc
 
     @app.get("/runs/{run_key}/cases/{case_id}", dependencies=guarded, response_class=HTMLResponse)
-    def case_page(request: Request, session: DbSession, run_key: str, case_id: str) -> HTMLResponse:
+    def case_page(request: Request, session: DbSession, run_key: RunKey, case_id: CaseId) -> HTMLResponse:
         doc, week = _case_doc(request, session, run_key, case_id)
         link = urls.progress_page(week[0], week[1], _base(request)) if week else None
         status = 200 if doc["phases"] else 404
         return HTMLResponse(pages.case_page(doc, link), status_code=status)
 
     @app.get("/runs/{run_key}/report", dependencies=guarded)
-    def report_redirect(request: Request, run_key: str) -> RedirectResponse:
+    def report_redirect(request: Request, run_key: RunKey) -> RedirectResponse:
         return RedirectResponse(urls.report_page(run_key, _base(request)), status_code=307)
 
     @app.get("/runs/{run_key}/report/{name:path}", dependencies=guarded, response_model=None)
-    def report_file(request: Request, run_key: str, name: str = "") -> Response:
+    def report_file(request: Request, run_key: RunKey, name: FilePath) -> Response:
         if not name:
             name = "report.html"
         try:
@@ -229,7 +250,7 @@ def create_app() -> FastAPI:
         return _file_response(target, name)
 
     @app.get("/runs/{run_key}/files/{path:path}", dependencies=guarded, response_model=None)
-    def run_file(request: Request, run_key: str, path: str = "") -> Response:
+    def run_file(request: Request, run_key: RunKey, path: FilePath) -> Response:
         try:
             target = files.resolve(root(), run_key, path)
         except files.RefusedPath as exc:

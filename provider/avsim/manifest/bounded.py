@@ -1,0 +1,175 @@
+"""Validate a manifest in a child process with a memory and a CPU-time ceiling (issue 28).
+
+The weekly run's ``prepare`` runs on a worker shared with other tasks, and whoever may trigger the
+DAG chooses the manifest. :func:`load_manifest_bounded` reads the bytes here (up to
+``[avsim] max_manifest_bytes``, with this process's connections: object storage needs them), then
+hands them to ``python -m avsim.manifest.bounded``, which first lowers its own limits
+(``RLIMIT_AS``, ``RLIMIT_CPU``) and then parses and validates them exactly as
+:func:`avsim.manifest.loader.parse_manifest_text` does. What comes back is either the problems
+(raised here as the same :class:`~avsim.errors.ManifestError`) or the manifest's canonical JSON,
+which this process reads with the JSON loader: a document the child proved valid and within its
+limits (nesting, cases), so cheap and linear to read again. A manifest whose validation needs more
+than the bound is refused with a message that names the bound; the child dies, the worker does not.
+
+The bound, for a manifest of ``n`` bytes (docs/security.md):
+
+* memory: ``MEMORY_BASE + MEMORY_PER_BYTE[format] * n`` of resident memory (the child's address
+  space gets :data:`ADDRESS_SLACK` on top: an interpreter maps more than it touches);
+* CPU time: ``TIME_BASE + TIME_PER_MIB * n / MiB`` seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
+
+from avsim.errors import ManifestError, Problem
+
+if TYPE_CHECKING:
+    from avsim.manifest.loader import Format, LoadedManifest
+    from avsim.manifest.policy import ManifestPolicy
+
+MiB = 2**20
+#: Resident memory any validation may take, whatever its size (the interpreter and its imports).
+MEMORY_BASE = 256 * MiB
+#: Resident bytes per input byte: a parsed document, its models and its canonical JSON (YAML's
+#: node graph makes a YAML manifest cost more than the same manifest in JSON).
+MEMORY_PER_BYTE: dict[str, int] = {"json": 32, "yaml": 64}
+#: Address space the child may map beyond the resident bound (shared libraries, allocator slack).
+ADDRESS_SLACK = 256 * MiB
+#: CPU seconds: a base for the interpreter and its imports, then per MiB of input.
+TIME_BASE = 60.0
+TIME_PER_MIB = 4.0
+
+_OK, _REFUSED = "ok", "refused"
+
+
+def memory_bound(size: int, fmt: str | None) -> int:
+    """Resident bytes the validation of a ``size``-byte manifest may take."""
+    return MEMORY_BASE + MEMORY_PER_BYTE.get(fmt or "yaml", MEMORY_PER_BYTE["yaml"]) * size
+
+
+def time_bound(size: int) -> float:
+    return TIME_BASE + TIME_PER_MIB * size / MiB
+
+
+def load_manifest_bounded(source: str, policy: ManifestPolicy | None = None) -> LoadedManifest:
+    """:func:`~avsim.manifest.loader.load_manifest`, with the parsing and validation bounded."""
+    from avsim.manifest.loader import _format_from_name, read_manifest_bytes
+    from avsim.manifest.policy import deployment_policy
+
+    policy = policy or deployment_policy()
+    data = read_manifest_bytes(source, policy.max_bytes)
+    return parse_bounded(data, source, _format_from_name(source), policy)
+
+
+def parse_bounded(
+    data: bytes, source: str, fmt: Format | None, policy: ManifestPolicy | None
+) -> LoadedManifest:
+    """:func:`~avsim.manifest.loader.parse_manifest_text` of ``data`` in a bounded child process."""
+    from avsim.manifest.loader import parse_manifest_text
+
+    size = len(data)
+    sniffed = fmt or ("json" if data.lstrip()[:1] == b"{" else "yaml")
+    memory, seconds = memory_bound(size, sniffed), time_bound(size)
+    request = {
+        "source": source,
+        "fmt": fmt,
+        "policy": _policy_json(policy),
+        "address_space": memory + ADDRESS_SLACK,
+        "cpu_seconds": int(seconds) + 1,
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "avsim.manifest.bounded", json.dumps(request)],
+        input=data,
+        capture_output=True,
+        check=False,
+    )
+    status, _, body = proc.stdout.partition(b"\n")
+    if proc.returncode == 0 and status == _OK.encode():
+        # Valid, and within its limits: reading its canonical JSON again is linear and bounded.
+        return parse_manifest_text(body, source=source, fmt="json", policy=policy)
+    if proc.returncode == 0 and status == _REFUSED.encode():
+        problems = [Problem(path, message) for path, message in json.loads(body)]
+        raise ManifestError(problems, source=source)
+    raise ManifestError([Problem("", _died(proc, size, sniffed, memory, seconds))], source=source)
+
+
+def _died(proc: subprocess.CompletedProcess[bytes], size: int, fmt: str, memory: int, seconds: float) -> str:
+    said = proc.stdout.partition(b"\n")[0].decode(errors="replace")
+    bound = f"{MEMORY_BASE // MiB} MiB + {MEMORY_PER_BYTE.get(fmt, 64)} x its {size} bytes"
+    out_of_memory = (b"MemoryError", b"failed to map segment", b"Cannot allocate memory")
+    if said == "memory" or any(sign in proc.stderr for sign in out_of_memory):
+        return (
+            f"validating this {fmt.upper()} manifest needs more than {memory // MiB} MiB, the bound for its size "
+            f"({bound}); it holds more nodes than a manifest of its size should: look for a list or mapping "
+            "with very many items, or aliases repeated many times, and write it out smaller"
+        )
+    if proc.returncode in (-24, -9):  # SIGXCPU, then SIGKILL at the hard limit
+        return (
+            f"validating this manifest took more than {seconds:.0f} CPU seconds, the bound for its size "
+            f"({TIME_BASE:.0f} s + {TIME_PER_MIB:.0f} s per MiB); write it out smaller"
+        )
+    tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+    return f"the manifest validator failed (exit {proc.returncode}: {tail[0][:200]}); report this as a bug"
+
+
+def _policy_json(policy: ManifestPolicy | None) -> dict[str, Any] | None:
+    if policy is None:
+        return None
+    return {
+        "max_bytes": policy.max_bytes,
+        "max_cases": policy.max_cases,
+        "uri_schemes": sorted(policy.uri_schemes),
+        "uri_prefixes": list(policy.uri_prefixes),
+        "artifact_root": policy.artifact_root,
+        "allow_past_deadline": policy.allow_past_deadline,
+    }
+
+
+def _limit(address_space: int, cpu_seconds: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
+
+
+def main(argv: list[str]) -> int:
+    """The child: limits first, then read stdin, parse and validate, answer on stdout."""
+    request = json.loads(argv[0])
+    _limit(int(request["address_space"]), int(request["cpu_seconds"]))
+    out = sys.stdout.buffer
+    try:
+        from avsim.manifest.loader import parse_manifest_text
+        from avsim.manifest.policy import ManifestPolicy
+
+        raw = request["policy"]
+        policy = None
+        if raw is not None:
+            policy = ManifestPolicy(
+                max_bytes=raw["max_bytes"],
+                max_cases=raw["max_cases"],
+                uri_schemes=frozenset(raw["uri_schemes"]),
+                uri_prefixes=tuple(raw["uri_prefixes"]),
+                artifact_root=raw["artifact_root"],
+                allow_past_deadline=raw["allow_past_deadline"],
+            )
+        data = sys.stdin.buffer.read()
+        try:
+            loaded = parse_manifest_text(data, source=request["source"], fmt=request["fmt"], policy=policy)
+        except ManifestError as exc:
+            out.write(
+                _REFUSED.encode() + b"\n" + json.dumps([[p.path, p.message] for p in exc.problems]).encode()
+            )
+            return 0
+        out.write(_OK.encode() + b"\n" + loaded.canonical_json)
+        return 0
+    except MemoryError:
+        out.write(b"memory\n")
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
