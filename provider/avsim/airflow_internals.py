@@ -22,10 +22,25 @@ from typing import Any
 #: scheduler processed the exit of the try that deferred, once the resumed try is already queued or
 #: running ("finished with state success, but the task instance's state attribute is queued");
 #: that exit reaches the scheduler up to ``[workers] min_heartbeat_interval`` (5 s) after the task
-#: process ended, plus a scheduler loop. Airflow guards only the ``scheduled`` case (apache/airflow
-#: #66374; the queued and running cases are #67287 and #72716, fixed after 3.3.2). Phases and shard
-#: runs last minutes, so the wait costs nothing in production.
+#: process ended, plus a scheduler loop. Airflow 3.3.2 guards only the ``scheduled`` case
+#: (apache/airflow#66374, fixed by #66431). The ``queued`` case, #67287, is fixed by #68741 on
+#: Airflow's main branch, in no release yet; the ``running`` case, #72716, is open (candidate PRs
+#: #72767, #71579, #73546). Keep the bound until a release carries both. Every avsim trigger that
+#: resumes a task applies it through :func:`resume_not_before`, and every route by which a task of
+#: avsim waits goes through such a trigger (the shards' first creation included: docs/design.md).
+#: Phases and shard runs last minutes, so the wait costs nothing in production.
 RESUME_AFTER_DEFER_MIN_SECONDS = 15.0
+
+
+async def resume_not_before(began: float, min_wait_seconds: float = RESUME_AFTER_DEFER_MIN_SECONDS) -> None:
+    """Sleep until ``min_wait_seconds`` have passed since ``began`` (a ``time.monotonic()`` reading
+    taken when the trigger started running): a trigger awaits this before it yields the event that
+    resumes its task, so no resume comes sooner than :data:`RESUME_AFTER_DEFER_MIN_SECONDS`."""
+    import asyncio
+    import time
+
+    await asyncio.sleep(max(0.0, float(min_wait_seconds) - (time.monotonic() - began)))
+
 
 #: Model -> the columns avsim's SQL reads (ui/, deadline/, pools, priority).
 RELIED_ON: dict[str, tuple[str, ...]] = {
@@ -168,3 +183,27 @@ def stats_module(legacy_names: bool) -> Any:
 
             sdk_stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=legacy_names)
     return sdk_stats
+
+
+def start_dag_run_from_task(
+    dag_id: str, run_id: str, *, conf: dict[str, Any], logical_date: Any = None, note: str | None = None
+) -> bool:
+    """Create a DAG run from inside a running task, the way Airflow's task runner does it for a
+    ``TriggerDagRunOperator`` (``_handle_trigger_dag_run``): a ``TriggerDagRun`` message to the task's
+    supervisor, which calls the execution API (``POST dag-runs/{dag_id}/{run_id}``). The task can then
+    defer on a trigger of its own choosing. True when this call created the run, False when a run of
+    that id was already there; any other refusal raises."""
+    from airflow.sdk.exceptions import ErrorType
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.comms import ErrorResponse, TriggerDagRun
+
+    answer = task_runner.SUPERVISOR_COMMS.send(
+        TriggerDagRun(
+            dag_id=dag_id, run_id=run_id, conf=conf, logical_date=logical_date, reset_dag_run=False, note=note
+        )
+    )
+    if isinstance(answer, ErrorResponse):
+        if answer.error == ErrorType.DAGRUN_ALREADY_EXISTS:
+            return False
+        raise RuntimeError(f"the execution API refused to create DAG run {dag_id} {run_id}: {answer}")
+    return True

@@ -81,3 +81,34 @@ def test_the_cli_trigger_and_the_cluster_policy_hook_are_where_avsim_looks() -> 
     assert {"dag_id", "triggered_by", "run_id", "conf", "note"} <= set(params)
     assert DagRunTriggeredByType.CLI.value == "cli"
     assert callable(pod_mutation_hook)
+
+
+def test_a_task_creates_a_dag_run_through_its_supervisor_as_the_task_runner_does() -> None:
+    """start_dag_run_from_task sends what task_runner._handle_trigger_dag_run sends for a
+    TriggerDagRunOperator, and reads the answer the same way."""
+    from airflow.sdk.exceptions import ErrorType
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.comms import TriggerDagRun
+
+    assert "SUPERVISOR_COMMS" in task_runner.__annotations__ or hasattr(task_runner, "SUPERVISOR_COMMS")
+    source = inspect.getsource(task_runner._handle_trigger_dag_run)
+    assert "TriggerDagRun(" in source and "ErrorType.DAGRUN_ALREADY_EXISTS" in source
+    # ... and defers on a plain DagStateTrigger there, which is why avsim does not take that route.
+    assert "DagStateTrigger(" in source
+    assert {"dag_id", "run_id", "conf", "logical_date", "reset_dag_run", "note"} <= set(
+        TriggerDagRun.model_fields
+    )
+    assert ErrorType.DAGRUN_ALREADY_EXISTS
+
+
+def test_the_resume_bound_holds_from_the_start_of_the_trigger() -> None:
+    import asyncio
+    import time
+
+    began = time.monotonic()
+    asyncio.run(airflow_internals.resume_not_before(began, 0.3))
+    assert time.monotonic() - began >= 0.3
+    late = time.monotonic() - 5  # already past the bound: no wait
+    t0 = time.monotonic()
+    asyncio.run(airflow_internals.resume_not_before(late, 0.3))
+    assert time.monotonic() - t0 < 0.1

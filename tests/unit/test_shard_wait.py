@@ -1,7 +1,8 @@
 """The ``shards`` task's wait for its shard run: the trigger never resumes the task within its bound
 (Airflow 3.3.2 fails a task resumed before the scheduler saw its deferring try end), the operator
-waits on it wherever Airflow's TriggerDagRunOperator would wait on DagStateTrigger, and a cleared
-task whose shard run already ended well takes its end without waiting."""
+waits on it on every route (a shard run it creates, one still running, one it repaired), a cleared
+task whose shard run already ended well takes its end without waiting, and the build's breaker only
+stops work still to do."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.providers.standard.triggers.external_task import DagStateTrigger
 from airflow.sdk.exceptions import TaskDeferred
-from airflow.utils.state import DagRunState
 
 from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS
 from avsim.artifacts import RunLayout
@@ -88,9 +87,11 @@ class _TI:
     def get_dr_count(self, dag_id: str, run_ids: list[str]) -> int:
         return 0 if self.state is None else 1
 
-    def get_dagrun_state(self, dag_id: str, run_id: str) -> str:
+    def get_dagrun_state(self, dag_id: str, run_id: str) -> Any:
         assert self.state is not None
-        return self.state
+        from airflow.utils.state import DagRunState
+
+        return DagRunState(self.state)  # what the execution API's answer holds
 
 
 def _operator(root: Path) -> ShardRunOperator:
@@ -118,26 +119,6 @@ def test_a_shard_run_still_running_is_waited_for_with_the_bound(tmp_path: Path) 
     assert trigger.min_wait_seconds == RESUME_AFTER_DEFER_MIN_SECONDS
 
 
-def test_the_operator_swaps_airflows_wait_for_the_bounded_one(tmp_path: Path) -> None:
-    """TriggerDagRunOperator.execute (a new shard run) defers on DagStateTrigger: the same wait,
-    bounded, is what gets deferred on."""
-    op = _operator(tmp_path)
-    airflows = DagStateTrigger(
-        dag_id="avsim_weekly_shard",
-        states=[DagRunState.SUCCESS, DagRunState.FAILED],
-        run_ids=[RUN_ID],
-        poll_interval=7,
-    )
-    with pytest.raises(TaskDeferred) as deferred:
-        op.defer(trigger=airflows, method_name="execute_complete")
-    trigger = deferred.value.trigger
-    assert type(trigger) is ShardRunTrigger
-    _, ours = trigger.serialize()
-    _, theirs = airflows.serialize()
-    assert ours == {**theirs, "min_wait_seconds": RESUME_AFTER_DEFER_MIN_SECONDS}
-    assert deferred.value.method_name == "execute_complete"
-
-
 def test_a_cleared_task_whose_shard_run_ended_well_takes_its_end_without_waiting(tmp_path: Path) -> None:
     op = _operator(tmp_path)
     write_json(
@@ -145,3 +126,165 @@ def test_a_cleared_task_whose_shard_run_ended_well_takes_its_end_without_waiting
     )
     result = op.execute({"ti": _TI("success"), "dag_run": _Run()})
     assert result == {"shard": 3, "run_id": RUN_ID, "counts": {"passed": 4}}
+
+
+# -- the order of the checks, and the first creation of a shard run -----------------------------------
+
+IMAGE = "registry.local/sim@sha256:" + "e" * 64
+
+
+def _open_breaker(root: Path) -> None:
+    from avsim.ledger.breaker import Breaker, image_digest
+
+    assert Breaker(f"file://{root}", image_digest(IMAGE)).trip("canary gate: 20 of 20 canary cases crashed")
+
+
+def _operator_of_a_build(root: Path) -> ShardRunOperator:
+    return ShardRunOperator(
+        task_id="shards",
+        trigger_dag_id="avsim_weekly_shard",
+        trigger_run_id=RUN_ID,
+        shard=3,
+        conf={"run": {"run_key": "avsim_weekly__w1"}, "shard": 3},
+        run={
+            "run_key": "avsim_weekly__w1",
+            "artifact_root": f"file://{root}",
+            "canary_count": 1,
+            "image": IMAGE,
+            "build_id": "b7",
+        },
+    )
+
+
+def test_a_cleared_shard_whose_run_succeeded_is_taken_while_the_breaker_is_open(tmp_path: Path) -> None:
+    """Issue 31 item 8: the breaker said nothing about a shard run that already ended well."""
+    _open_breaker(tmp_path)
+    write_json(
+        RunLayout(f"file://{tmp_path}", "avsim_weekly__w1").shard_summary(3), {"counts": {"passed": 4}}
+    )
+    result = _operator_of_a_build(tmp_path).execute({"ti": _TI("success"), "dag_run": _Run()})
+    assert result == {"shard": 3, "run_id": RUN_ID, "counts": {"passed": 4}}
+
+
+def test_a_running_shard_run_is_waited_for_while_the_breaker_is_open(tmp_path: Path) -> None:
+    _open_breaker(tmp_path)
+    with pytest.raises(TaskDeferred) as deferred:
+        _operator_of_a_build(tmp_path).execute({"ti": _TI("running"), "dag_run": _Run()})
+    assert type(deferred.value.trigger) is ShardRunTrigger
+
+
+def test_a_failed_shard_run_is_not_repaired_onto_an_open_breaker(tmp_path: Path) -> None:
+    """Its cleared phases would fail fast as breaker_open: refused, saying what to do, and nothing cleared
+    (the repair's REST connection does not exist here: a repair attempt would raise RepairFailed)."""
+    from avsim.operators.exceptions import BreakerOpen
+
+    _open_breaker(tmp_path)
+    with pytest.raises(BreakerOpen) as refused:
+        _operator_of_a_build(tmp_path).execute({"ti": _TI("failed"), "dag_run": _Run()})
+    message = str(refused.value)
+    assert f"shard run {RUN_ID} failed and is not repaired" in message
+    assert "avsim breaker reset sha256:" + "e" * 64 in message and "clear this task" in message
+
+
+def test_a_new_shard_run_is_refused_while_the_breaker_is_open(tmp_path: Path) -> None:
+    from avsim.operators.exceptions import BreakerOpen
+
+    _open_breaker(tmp_path)
+    comms = _Supervisor()
+    with _supervising(comms), pytest.raises(BreakerOpen, match="shard 3 not started"):
+        _operator_of_a_build(tmp_path).execute({"ti": _TI(None), "dag_run": _Run()})
+    assert comms.sent == []
+
+
+class _Supervisor:
+    """The task's channel to its supervisor, which calls Airflow's execution API (the boundary mocked:
+    the task runner's SUPERVISOR_COMMS). Answers a TriggerDagRun as the API server does."""
+
+    def __init__(self, exists: bool = False) -> None:
+        self.exists = exists
+        self.sent: list[Any] = []
+
+    def send(self, msg: Any) -> Any:
+        from airflow.sdk.exceptions import ErrorType
+        from airflow.sdk.execution_time.comms import ErrorResponse, OKResponse
+
+        self.sent.append(msg)
+        if type(msg).__name__ == "TriggerDagRun" and self.exists:
+            return ErrorResponse(error=ErrorType.DAGRUN_ALREADY_EXISTS)
+        return OKResponse(ok=True)
+
+
+class _supervising:
+    def __init__(self, comms: _Supervisor) -> None:
+        self.comms = comms
+
+    def __enter__(self) -> None:
+        from airflow.sdk.execution_time import task_runner
+
+        self.had = getattr(task_runner, "SUPERVISOR_COMMS", None)
+        task_runner.SUPERVISOR_COMMS = self.comms  # type: ignore[assignment]
+
+    def __exit__(self, *exc: Any) -> None:
+        from airflow.sdk.execution_time import task_runner
+
+        task_runner.SUPERVISOR_COMMS = self.had  # type: ignore[assignment]
+
+
+class _Parent:
+    run_id = "w1"
+    logical_date = None
+    run_after = __import__("datetime").datetime(2026, 12, 7, 6, tzinfo=__import__("datetime").UTC)
+
+
+class _NewTI(_TI):
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+@pytest.mark.parametrize("already_there", [False, True])
+def test_a_new_shard_run_is_created_by_the_task_and_waited_for_with_the_bound(
+    tmp_path: Path, already_there: bool
+) -> None:
+    """Issue 31 item 10: the first creation of a shard run used to raise Airflow's DagRunTriggerException,
+    whose handler in the task runner creates the run and defers on a plain DagStateTrigger, so a shard run
+    that ended within seconds could resume the task early. Now the task creates it through the same
+    execution API and defers on ShardRunTrigger; a run another try created meanwhile is waited for too."""
+    import datetime as dt
+
+    comms = _Supervisor(exists=already_there)
+    ti = _NewTI()
+    with _supervising(comms), pytest.raises(TaskDeferred) as deferred:
+        _operator_of_a_build(tmp_path).execute({"ti": ti, "dag_run": _Parent()})
+    [msg] = comms.sent
+    assert type(msg).__name__ == "TriggerDagRun"
+    assert (msg.dag_id, msg.run_id) == ("avsim_weekly_shard", RUN_ID)
+    assert msg.conf == {"run": {"run_key": "avsim_weekly__w1"}, "shard": 3}
+    # Shard k's logical date is the parent's run_after plus k microseconds (the scheduler's tie-break).
+    assert msg.logical_date == _Parent.run_after + dt.timedelta(microseconds=3)
+    assert not msg.reset_dag_run
+    trigger = deferred.value.trigger
+    assert type(trigger) is ShardRunTrigger and trigger.run_ids == [RUN_ID]
+    assert trigger.min_wait_seconds == RESUME_AFTER_DEFER_MIN_SECONDS
+    assert deferred.value.method_name == "execute_complete"
+    assert ti.pushed["trigger_run_id"] == RUN_ID  # the "Triggered DAG" link
+
+
+def test_the_breaker_stops_only_work_still_to_do() -> None:
+    from avsim.operators.shard import ShardRunEnd, ShardStep, next_step
+
+    table = {
+        (ShardRunEnd.ENDED_WELL, False): ShardStep.TAKE_END,
+        (ShardRunEnd.ENDED_WELL, True): ShardStep.TAKE_END,
+        (ShardRunEnd.NOT_ENDED, False): ShardStep.WAIT,
+        (ShardRunEnd.NOT_ENDED, True): ShardStep.WAIT,
+        (ShardRunEnd.FAILED, False): ShardStep.REPAIR,
+        (ShardRunEnd.FAILED, True): ShardStep.REFUSE_REPAIR,
+        (None, False): ShardStep.START,
+        (None, True): ShardStep.REFUSE_START,
+    }
+    for (run, breaker_open), step in table.items():
+        assert next_step(run, breaker_open) is step, (run, breaker_open)

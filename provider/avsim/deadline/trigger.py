@@ -26,7 +26,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS
+from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS, resume_not_before
 from avsim.deadline.tracking import (
     ExecutionApiCounts,
     PhaseTasks,
@@ -105,7 +105,7 @@ class DeadlineTrackerTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         began = time.monotonic()
         async for event in self._events():
-            await asyncio.sleep(max(0.0, self.min_wait_seconds - (time.monotonic() - began)))
+            await resume_not_before(began, self.min_wait_seconds)
             yield event
             return
 

@@ -3,15 +3,55 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
+import json
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.providers.standard.operators.trigger_dagrun import XCOM_RUN_ID, TriggerDagRunOperator
 
 from avsim.contracts import RunDescriptor
 
+#: States in which a task of the week's end has run (or was ruled out): a repair clears it again.
+WEEK_END_DONE = frozenset({"success", "failed", "upstream_failed", "skipped"})
+
 #: The longest a ``shards`` task waits, deferred, for a shard run it found already there.
 SHARD_WAIT_TIMEOUT = dt.timedelta(days=8)
+
+
+class ShardRunEnd(enum.Enum):
+    """How a ``shards`` task finds its shard run, when there is one."""
+
+    ENDED_WELL = "ended_well"  # in the operator's allowed states
+    FAILED = "failed"  # in its failed states: cases need attention
+    NOT_ENDED = "not_ended"  # queued or running
+
+
+class ShardStep(enum.Enum):
+    """What a ``shards`` task does next (:func:`next_step`)."""
+
+    TAKE_END = "take_end"
+    WAIT = "wait"
+    REPAIR = "repair"
+    START = "start"
+    REFUSE_REPAIR = "refuse_repair"
+    REFUSE_START = "refuse_start"
+
+
+def next_step(run: ShardRunEnd | None, breaker_open: bool | None) -> ShardStep:
+    """The ``shards`` task's decision, from its shard run (None: none yet) and its build's breaker.
+
+    A shard run that ended well is taken and one still going is waited for, whatever the breaker
+    says: neither runs anything more. Only work still to do is refused while the breaker is open:
+    a shard run to start, and a failed one to repair (its cleared phases would fail fast as
+    ``breaker_open``, fail the shard run again and record nothing but that)."""
+    if run is ShardRunEnd.ENDED_WELL:
+        return ShardStep.TAKE_END
+    if run is ShardRunEnd.NOT_ENDED:
+        return ShardStep.WAIT
+    if run is ShardRunEnd.FAILED:
+        return ShardStep.REFUSE_REPAIR if breaker_open else ShardStep.REPAIR
+    return ShardStep.REFUSE_START if breaker_open else ShardStep.START
 
 
 class ShardRunOperator(TriggerDagRunOperator):
@@ -30,13 +70,25 @@ class ShardRunOperator(TriggerDagRunOperator):
     ``summarize``) and the weekly run's ``report``, records the repair in the ledger, and waits
     again. So one "Clear → Only failed" on the weekly run reruns exactly the failed cases of
     every failed shard and refreshes the report (docs/design.md).
+
+    What it does is :func:`next_step`: a shard run that ended well is taken and one still going is
+    waited for whatever the build's circuit breaker says; while the breaker is open it starts no
+    shard run and repairs none. It creates a new shard run itself (through the execution API, as
+    Airflow's task runner would) rather than raising TriggerDagRunOperator's
+    ``DagRunTriggerException``, so every wait is :meth:`_wait_for`'s bounded one.
     """
 
     template_fields: Sequence[str] = (*TriggerDagRunOperator.template_fields, "shard", "run")
     ui_color = "#f3e4d8"
 
     def __init__(
-        self, *, shard: Any, run: Any, airflow_api_conn_id: str = "avsim_airflow_api", **kwargs: Any
+        self,
+        *,
+        shard: Any,
+        run: Any,
+        airflow_api_conn_id: str = "avsim_airflow_api",
+        week_end_tasks: Sequence[str] = ("report",),
+        **kwargs: Any,
     ) -> None:
         kwargs.setdefault("wait_for_completion", True)
         kwargs.setdefault("deferrable", True)
@@ -50,6 +102,9 @@ class ShardRunOperator(TriggerDagRunOperator):
         self.shard = shard
         self.run = run
         self.airflow_api_conn_id = airflow_api_conn_id
+        #: The weekly run's tasks whose inputs are every shard (``close_week``, the run-level phases,
+        #: ``report``): a repair has them run again after the repaired shards.
+        self.week_end_tasks = tuple(week_end_tasks)
         #: Appended to the map index label when the shard needs attention (" · 2 need attention").
         self.attention_label = ""
 
@@ -66,73 +121,103 @@ class ShardRunOperator(TriggerDagRunOperator):
             message = "this week has no canary stage (canary disabled or too few cases)"
             self.log.info(message)
             return {"shard": 0, "run_id": None, "counts": {}, "message": message}
-        self._refuse_if_breaker_open()
+        run_id = str(self.trigger_run_id)
+        ti = context["ti"]
+        state: Any = None
+        if ti.get_dr_count(dag_id=self.trigger_dag_id, run_ids=[run_id]):
+            # A DagRunState (a str enum: compared by value, never through str(), which names the member).
+            state = ti.get_dagrun_state(dag_id=self.trigger_dag_id, run_id=run_id)
+        ended = self._ended_as(state)
+        # The breaker is asked only where it decides something: a shard run to start or to repair.
+        step = next_step(ended, self._open_breaker() if ended in (None, ShardRunEnd.FAILED) else None)
+        if step is ShardStep.TAKE_END:
+            # Cleared after its shard run ended well (the try that waited for it was lost or failed on
+            # the way): nothing to wait for, whatever the breaker says now.
+            self.log.info("shard run %s exists and ended %s", run_id, state)
+            return self._ended(run_id, state)
+        if step is ShardStep.REFUSE_START:
+            raise self._breaker_open(f"shard {self.shard} not started")
+        if step is ShardStep.REFUSE_REPAIR:
+            raise self._breaker_open(
+                f"shard run {run_id} failed and is not repaired (its cleared phases would fail fast as "
+                "breaker_open)"
+            )
+        if step is ShardStep.REPAIR:
+            self._repair_in_place(context, run_id)
+        elif step is ShardStep.START:
+            self._start(context, run_id)
+        else:
+            self.log.info("shard run %s exists (%s): waiting for it", run_id, state)
+        self._wait_for(run_id)
+
+    def _ended_as(self, state: Any) -> ShardRunEnd | None:
+        """How the shard run stands: None when there is none yet."""
+        if state is None:
+            return None
+        if state in self.allowed_states:
+            return ShardRunEnd.ENDED_WELL
+        if state in self.failed_states:
+            return ShardRunEnd.FAILED
+        return ShardRunEnd.NOT_ENDED
+
+    def _start(self, context: Any, run_id: str) -> None:
+        """Create the shard run through the execution API, as Airflow's task runner would for a
+        TriggerDagRunOperator, so that the wait that follows is :meth:`_wait_for`'s and no other."""
+        from avsim.airflow_internals import start_dag_run_from_task
+
         # Shard runs get increasing logical dates (the parent's plus the shard index, in microseconds):
         # the scheduler orders equal priority weights by logical date, so earlier shards finish
         # first instead of all active shards draining in lock-step (measured with the planner).
-        base = getattr(context["dag_run"], "run_after", None) or getattr(
-            context["dag_run"], "logical_date", None
+        parent = context["dag_run"]
+        base = getattr(parent, "run_after", None) or getattr(parent, "logical_date", None)
+        logical_date = None if base is None else base + dt.timedelta(microseconds=int(self.shard))
+        conf = json.loads(self.conf) if isinstance(self.conf, str) else dict(self.conf or {})
+        created = start_dag_run_from_task(
+            self.trigger_dag_id, run_id, conf=conf, logical_date=logical_date, note=self.note
         )
-        if base is not None:
-            self.logical_date = base + dt.timedelta(microseconds=int(self.shard))
-        run_id = str(self.trigger_run_id)
-        ti = context["ti"]
-        if ti.get_dr_count(dag_id=self.trigger_dag_id, run_ids=[run_id]):
-            from avsim.triggers.shard_run import ShardRunTrigger
+        self.log.info("shard run %s %s", run_id, "created" if created else "already there (another try)")
+        # The "Triggered DAG" link reads the shard run's id from this XCom.
+        context["ti"].xcom_push(key=XCOM_RUN_ID, value=run_id)
 
-            state = ti.get_dagrun_state(dag_id=self.trigger_dag_id, run_id=run_id)
-            if state in self.allowed_states:
-                # Cleared after its shard run ended well (the try that waited for it was lost or
-                # failed on the way): nothing to wait for.
-                self.log.info("shard run %s exists and ended %s", run_id, state)
-                return self._ended(context, run_id, state)
-            if state in self.failed_states:
-                self._repair_in_place(context, run_id)
-            else:
-                self.log.info("shard run %s exists (%s): waiting for it", run_id, state)
-            self.defer(
-                trigger=ShardRunTrigger(
-                    dag_id=self.trigger_dag_id,
-                    states=[*self.allowed_states, *self.failed_states],
-                    run_ids=[run_id],
-                    poll_interval=self.poke_interval,
-                ),
-                method_name="execute_complete",
-                # A bound on the wait, so no deferral is endless: a shard run of a weekly run that
-                # has not ended in a week and a day is failed here (clearing the task waits again).
-                timeout=SHARD_WAIT_TIMEOUT,
-            )
-        return super().execute(context)
-
-    def defer(
-        self, *, trigger: Any, method_name: str, kwargs: dict[str, Any] | None = None, timeout: Any = None
-    ) -> Any:
-        """Wait on :class:`avsim.triggers.shard_run.ShardRunTrigger` where TriggerDagRunOperator
-        waits on Airflow's DagStateTrigger: a shard run that ends within seconds of the wait must
-        not resume this task before the scheduler has seen the try that deferred end."""
-        from airflow.providers.standard.triggers.external_task import DagStateTrigger
-
+    def _wait_for(self, run_id: str) -> None:
+        """The one wait of this task: deferred on :class:`avsim.triggers.shard_run.ShardRunTrigger`,
+        which never resumes it within ``RESUME_AFTER_DEFER_MIN_SECONDS`` of deferring (a shard run can
+        end within seconds, and Airflow 3.3.2 can fail a task resumed before the scheduler saw the
+        try that deferred end)."""
         from avsim.triggers.shard_run import ShardRunTrigger
 
-        if type(trigger) is DagStateTrigger:
-            trigger = ShardRunTrigger.waiting_like(trigger)
-        return super().defer(trigger=trigger, method_name=method_name, kwargs=kwargs, timeout=timeout)
+        self.defer(
+            trigger=ShardRunTrigger(
+                dag_id=self.trigger_dag_id,
+                states=[*self.allowed_states, *self.failed_states],
+                run_ids=[run_id],
+                poll_interval=self.poke_interval,
+            ),
+            method_name="execute_complete",
+            # A bound on the wait, so no deferral is endless: a shard run of a weekly run that has not
+            # ended in a week and a day is failed here (clearing the task waits again).
+            timeout=SHARD_WAIT_TIMEOUT,
+        )
 
-    def _refuse_if_breaker_open(self) -> None:
-        """Start no shard run of a build whose circuit breaker is open: its phases would fail anyway."""
+    def _open_breaker(self) -> bool:
         from avsim.ledger.breaker import Breaker, image_digest
+
+        run = self.descriptor
+        return Breaker(run.artifact_root, image_digest(run.image)).state().is_open
+
+    def _breaker_open(self, what: str) -> Exception:
+        """Why this shard does nothing while its build's circuit breaker is open, and what to do."""
+        from avsim.ledger.breaker import Breaker, image_digest
+        from avsim.operators.exceptions import BreakerOpen
 
         run = self.descriptor
         digest = image_digest(run.image)
         state = Breaker(run.artifact_root, digest).state()
-        if state.is_open:
-            from avsim.operators.exceptions import BreakerOpen
-
-            raise BreakerOpen(
-                f"shard {self.shard} not started: the circuit breaker of build {run.build_id} is open "
-                f"({state.reason}). Reset it with `avsim breaker reset {digest}` and clear this task, "
-                "or start a run with a fixed build"
-            )
+        return BreakerOpen(
+            f"{what}: the circuit breaker of build {run.build_id} is open ({state.reason}). If the build is "
+            f"good (a broken node pool), reset it with `avsim breaker reset {digest}` and clear this task; "
+            "else start a run with a fixed build"
+        )
 
     def _repair_in_place(self, context: Any, run_id: str) -> None:
         """Clear the failed shard run's failed task instances (and their downstream) and the weekly
@@ -144,12 +229,24 @@ class ShardRunOperator(TriggerDagRunOperator):
         ti = context["ti"]
         parent = context["dag_run"]
         note = f"repaired in place by {ti.dag_id} {parent.run_id} {ti.task_id}[{self.shard}] (try {ti.try_number})"
+        ledger = Ledger(self.descriptor.layout)
+        repair = {
+            "shard": int(self.shard),
+            "shard_run_id": run_id,
+            "parent_run_id": parent.run_id,
+            "parent_try": int(ti.try_number),
+            "at": dt.datetime.now(dt.UTC).isoformat(),
+        }
+        # Recorded before the shard run leaves "failed": the canary gate dates its round from it.
+        ledger.record_repair(
+            int(self.shard), int(ti.try_number), {**repair, "cleared": 0, "task_instances": []}
+        )
         hook = AirflowApiHook(self.airflow_api_conn_id)
         try:
             cleared = hook.clear_task_instances(
                 self.trigger_dag_id, run_id, only_failed=True, include_downstream=True, note=note[:1000]
             )
-            self._clear_the_report(hook, ti.dag_id, parent.run_id)
+            self._clear_the_week_end(hook, ti.dag_id, parent.run_id)
         except AirflowApiError as exc:
             raise RepairFailed(
                 f"shard run {run_id} failed and could not be repaired in place: {exc}. Check the Airflow "
@@ -159,41 +256,35 @@ class ShardRunOperator(TriggerDagRunOperator):
         tasks = sorted({(str(t["task_id"]), int(t.get("map_index", -1))) for t in cleared})
         self.log.warning(
             "shard run %s had failed: cleared %d of its task instances (failed phases, their downstream, "
-            "summarize) and the weekly report; waiting for it again",
+            "summarize) and the weekly run's %s; waiting for it again",
             run_id,
             len(tasks),
+            ", ".join(self.week_end_tasks),
         )
-        layout = self.descriptor.layout
-        Ledger(layout).record_repair(
+        ledger.record_repair(
             int(self.shard),
             int(ti.try_number),
-            {
-                "shard": int(self.shard),
-                "shard_run_id": run_id,
-                "parent_run_id": parent.run_id,
-                "parent_try": int(ti.try_number),
-                "at": dt.datetime.now(dt.UTC).isoformat(),
-                "cleared": len(tasks),
-                "task_instances": [list(t) for t in tasks[:200]],
-            },
+            {**repair, "cleared": len(tasks), "task_instances": [list(t) for t in tasks[:200]]},
         )
 
-    def _clear_the_report(self, hook: Any, dag_id: str, run_id: str) -> None:
-        """Have the weekly report written again after every shard: a clear of selected map indexes
-        leaves it alone. Nothing to do when it is waiting already (a clear of the whole run took it).
+    def _clear_the_week_end(self, hook: Any, dag_id: str, run_id: str) -> None:
+        """Have the week's end run again after every shard: ``close_week``, the run-level phases (their
+        inputs are the shards' summaries, which the repair changes) and the report. A clear of the whole
+        run with *Only failed* leaves the ones that succeeded alone, a clear of selected map indexes all
+        of them. One that is waiting already (cleared by another shard's repair) is left as it is.
         Shards repairing at once may collide in the database: the hook tries a 5xx answer again."""
-        if hook.task_instance_state(dag_id, run_id, "report") in (
-            "success",
-            "failed",
-            "upstream_failed",
-            "skipped",
-        ):
+        ended = [
+            task_id
+            for task_id in self.week_end_tasks
+            if hook.task_instance_state(dag_id, run_id, task_id) in WEEK_END_DONE
+        ]
+        if ended:
             hook.clear_task_instances(
                 dag_id,
                 run_id,
                 only_failed=False,
                 include_downstream=False,
-                task_ids=["report"],
+                task_ids=ended,
                 reset_dag_runs=False,
             )
 
@@ -223,9 +314,9 @@ class ShardRunOperator(TriggerDagRunOperator):
             self.attention_label = verdict.label
             raise ShardNeedsAttention(f"{verdict.line()} (shard run {run_id})")
         super().execute_complete(context, event)  # raises for any other state it does not allow
-        return self._ended(context, run_id, data.get(run_id))
+        return self._ended(run_id, data.get(run_id))
 
-    def _ended(self, context: Any, run_id: str, state: Any) -> dict[str, Any]:
+    def _ended(self, run_id: str, state: Any) -> dict[str, Any]:
         """The task's result once its shard run ended in an allowed state: the shard's counts."""
         from avsim.storage import read_json
 

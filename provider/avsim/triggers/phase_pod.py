@@ -29,7 +29,6 @@ Its arguments are JSON-friendly and its classpath comes from ``__module__``/``__
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import time
@@ -38,7 +37,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS
+from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS, resume_not_before
 from avsim.kube.pods import classify_pod, is_running, is_terminating, parse_time, pod_lease_age
 
 #: How long a pod may be missing from a synced watch before it counts as gone (creation races).
@@ -154,7 +153,7 @@ class PhasePodTrigger(BaseTrigger):
             event = self._event("error", message=f"{type(exc).__name__}: {exc}")
         # Never fire within min_wait_seconds of deferring: a task resumed sooner can be failed by
         # Airflow's scheduler (avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS says why).
-        await asyncio.sleep(max(0.0, self.min_wait_seconds - (time.monotonic() - began)))
+        await resume_not_before(began, self.min_wait_seconds)
         ended = await self.end_here(event)
         if ended is not None:
             yield ended

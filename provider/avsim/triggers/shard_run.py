@@ -5,13 +5,14 @@ run to reach a state) that never fires within ``min_wait_seconds`` of its start.
 ends within seconds of the wait (a repaired shard whose few failed cases rerun quickly, a small
 shard) would otherwise resume the task before Airflow's scheduler has seen the exit of the try
 that deferred, and Airflow 3.3.2 then fails the task instance
-(:data:`avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS`). Its arguments are
+(:data:`avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS`). It is the only wait of a ``shards``
+task: :class:`avsim.operators.shard.ShardRunOperator` creates a new shard run itself and defers on it,
+rather than letting Airflow's task runner defer on a plain DagStateTrigger. Its arguments are
 DagStateTrigger's plus that bound; its classpath comes from ``__module__``/``__qualname__``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from airflow.providers.standard.triggers.external_task import DagStateTrigger
 from airflow.triggers.base import TriggerEvent
 
-from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS
+from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS, resume_not_before
 
 
 class ShardRunTrigger(DagStateTrigger):
@@ -31,12 +32,6 @@ class ShardRunTrigger(DagStateTrigger):
         super().__init__(*args, **kwargs)
         self.min_wait_seconds = float(min_wait_seconds)
 
-    @classmethod
-    def waiting_like(cls, trigger: DagStateTrigger) -> ShardRunTrigger:
-        """The same wait as ``trigger`` (built by Airflow's TriggerDagRunOperator), with the bound."""
-        _, kwargs = trigger.serialize()
-        return cls(**kwargs)
-
     def serialize(self) -> tuple[str, dict[str, Any]]:
         _, kwargs = super().serialize()
         return (
@@ -47,6 +42,6 @@ class ShardRunTrigger(DagStateTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         began = time.monotonic()
         async for event in super().run():
-            await asyncio.sleep(max(0.0, self.min_wait_seconds - (time.monotonic() - began)))
+            await resume_not_before(began, self.min_wait_seconds)
             yield event
             return
