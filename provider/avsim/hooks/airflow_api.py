@@ -30,6 +30,14 @@ class AirflowApiError(AvsimError):
     """The Airflow REST API could not be reached, refused the login, or refused a call."""
 
 
+def collided(status: int, body: str) -> bool:
+    """Whether an answer of the API server says two writers collided in the metadata database: a 5xx,
+    or Airflow 3.3's 409 for an IntegrityError (``"Unique constraint violation"``), which two shards
+    clearing the weekly run's report at once get (both write the report's task_instance_history row).
+    Any other 409 (a real conflict) is not tried again."""
+    return status >= 500 or (status == 409 and "Unique constraint violation" in body)
+
+
 class AirflowApiHook(BaseHook):
     """A small client of Airflow's public REST API. Nothing is read or sent before the first call."""
 
@@ -112,8 +120,9 @@ class AirflowApiHook(BaseHook):
         return {"Authorization": f"Bearer {resp.json()['access_token']}"}
 
     def _call(self, method: str, path: str, *, tries: int = 3, **kwargs: Any) -> Any:
-        """One API call; a 5xx answer (two writers colliding in the database) is tried again, since
-        every call avsim makes is idempotent (a clear of cleared task instances, a pool's slots)."""
+        """One API call; an answer of two writers colliding in the database (:func:`collided`) is tried
+        again, since every call avsim makes is idempotent (a clear of cleared task instances, a pool's
+        slots)."""
         import time
 
         import httpx
@@ -123,7 +132,7 @@ class AirflowApiHook(BaseHook):
                 resp = self._client.request(method, path, **kwargs)
             except httpx.HTTPError as exc:
                 raise AirflowApiError(f"{method} {self.base_url}{path} failed: {exc}") from None
-            if resp.status_code < 500 or attempt == tries:
+            if not collided(resp.status_code, resp.text) or attempt == tries:
                 break
             self.log.warning("%s %s answered HTTP %d; trying again", method, path, resp.status_code)
             time.sleep(attempt)
