@@ -207,3 +207,31 @@ def start_dag_run_from_task(
             return False
         raise RuntimeError(f"the execution API refused to create DAG run {dag_id} {run_id}: {answer}")
     return True
+
+
+def later_run_ids(dag_id: str, run_id: str, limit: int = 20, engine: Any = None) -> list[str] | None:
+    """Ids of the runs of ``dag_id`` that came after run ``run_id`` (a later ``run_after``), at most
+    ``limit``, oldest first; None when the metadata database cannot say (no such run, or no database).
+
+    Called by a priority weight strategy, i.e. inside the scheduler's or the API server's transaction:
+    it reads on a connection of its own (``engine``, default Airflow's), so it never commits, closes
+    or blocks the caller's session."""
+    import sqlalchemy as sa
+    from airflow import settings
+
+    run = models()["DagRun"]
+    this = sa.select(run.run_after).where(run.dag_id == dag_id, run.run_id == run_id).scalar_subquery()
+    query = (
+        sa.select(run.run_id)
+        .where(run.dag_id == dag_id, run.run_after > this)
+        .order_by(run.run_after)
+        .limit(limit)
+    )
+    found = sa.select(sa.func.count()).where(run.dag_id == dag_id, run.run_id == run_id)
+    bind = engine if engine is not None else settings.engine
+    if bind is None:
+        return None
+    with bind.connect() as conn:
+        if not conn.execute(found).scalar():
+            return None
+        return [str(r) for r in conn.execute(query).scalars()]

@@ -8,6 +8,11 @@ from that phase (in minutes, capped below the gap between bases)::
 - bases: a canary shard run (:func:`avsim.artifacts.canary_run_id`) > the weekly run > ad-hoc runs;
   every gap is larger than :data:`MAX_PATH_WEIGHT`, so any weekly phase outranks any ad-hoc
   phase and any canary phase outranks both, whatever their paths;
+- an earlier week: once a later week has started (a repair of last week cleared during this week,
+  a rerun of failed cases), an earlier week's phases take :data:`EARLIER_WEEK_BASE` and a path capped
+  at :data:`EARLIER_WEEK_MAX_PATH`: below every phase of the current week, canary included, and above
+  every ad-hoc phase (:func:`week_base`, :func:`is_earlier_week`). The scheduler orders equal weights
+  by logical date, so without this an older week's repair would win every tie against this week;
 - path: the longer the case still has to go, the earlier the phase runs. A case's later
   phases weigh less than its earlier ones only by path, so cases flow through their phases
   depth-first instead of every first phase running before any second one (Airflow's default
@@ -15,7 +20,12 @@ from that phase (in minutes, capped below the gap between bases)::
 
 Airflow evaluates a strategy in the scheduler when it creates, expands or clears task
 instances (not on an automatic retry), and the strategy only sees the serialized task: its
-``priority_weight``, ``task_id``, ``dag_id`` and the instance's ``run_id`` and ``map_index``.
+``priority_weight``, ``task_id``, ``dag_id`` and the instance's ``run_id`` and ``map_index``. Whether
+a later week has started is the one thing it reads from the metadata database (the weekly DAG's runs
+after this one, :func:`avsim.airflow_internals.later_run_ids`, on a connection of its own), once per
+run every :data:`WEEK_LOOKUP_SECONDS` per process; so a weight is fixed when its task instance is
+created or cleared, and an earlier week's task cleared before the later week's run began keeps the
+weekly base until it is cleared again.
 Strategies are stateless (Airflow stores only the class's import path), so each run class is a
 subclass with a class attribute. The path part therefore travels in the task's own
 ``priority_weight``: the DAG builder sets ``priority_weight=path_weight(remaining seconds)`` and
@@ -32,11 +42,15 @@ simulates the very ordering the scheduler applies.
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from airflow.task.priority_strategy import PriorityWeightStrategy
 
-from avsim.artifacts import is_canary_run
+from avsim.artifacts import is_canary_run, parent_run
 from avsim.manifest.models import DEFAULT_BASE_PRIORITY, RunClass
 from avsim.plan.build import MAX_PATH_WEIGHT, WEIGHT_PER_MINUTE, phase_weight
 
@@ -46,6 +60,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ADHOC_BASE",
     "CANARY_BASE",
+    "EARLIER_WEEK_BASE",
+    "EARLIER_WEEK_MAX_PATH",
     "MAX_PATH_WEIGHT",
     "STRATEGIES",
     "WEEKLY_BASE",
@@ -53,11 +69,16 @@ __all__ = [
     "AdhocCriticalPathPriority",
     "WeeklyCriticalPathPriority",
     "critical_path_priority",
+    "is_earlier_week",
+    "is_rerun",
     "path_weight",
     "phase_priority",
     "run_base",
     "strategy_for",
+    "week_base",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Base of the weekly run's phases.
 WEEKLY_BASE: int = DEFAULT_BASE_PRIORITY[RunClass.WEEKLY]
@@ -66,6 +87,18 @@ ADHOC_BASE: int = DEFAULT_BASE_PRIORITY[RunClass.ADHOC]
 #: Base of a canary shard run's phases: above every weekly phase (the canary gates the week).
 CANARY_BASE: int = 2 * WEEKLY_BASE
 
+#: Base of an earlier week's phases once a later week has started: above every ad-hoc phase...
+EARLIER_WEEK_BASE: int = ADHOC_BASE + MAX_PATH_WEIGHT + 1
+#: ...and, with its path part capped here (in minutes: 66 hours of a case still to go), below every
+#: phase of the current week.
+EARLIER_WEEK_MAX_PATH: int = WEEKLY_BASE - EARLIER_WEEK_BASE - 1
+#: ``avsim rerun-failed`` names its runs so (:mod:`avsim.rerun`): a rerun of an earlier run's failed
+#: cases is never the current week.
+RERUN_RUN_PREFIX = "rerun__"
+#: How long a process reuses its answer to "has a later week started?" for one run: the scheduler
+#: expands a shard run's thousands of task instances with one look-up.
+WEEK_LOOKUP_SECONDS = 10.0
+
 _BASES = {RunClass.WEEKLY: WEEKLY_BASE, RunClass.ADHOC: ADHOC_BASE}
 
 # The rule's invariant: the path part never bridges the gap between two run classes.
@@ -73,6 +106,13 @@ if not (CANARY_BASE - WEEKLY_BASE > MAX_PATH_WEIGHT and WEEKLY_BASE - ADHOC_BASE
     raise RuntimeError(
         f"priority bases {CANARY_BASE}/{WEEKLY_BASE}/{ADHOC_BASE} are closer than MAX_PATH_WEIGHT "
         f"({MAX_PATH_WEIGHT}): a long ad-hoc path would outrank a weekly phase; widen the bases"
+    )
+
+
+if EARLIER_WEEK_MAX_PATH < 24 * 60:
+    raise RuntimeError(
+        f"an earlier week's phases have {EARLIER_WEEK_MAX_PATH} minutes of path between the ad-hoc and the "
+        "weekly bases: widen the gap between them"
     )
 
 
@@ -91,10 +131,57 @@ def run_base(run_class: RunClass | str, run_id: str | None = None) -> int:
     return _BASES[RunClass(run_class)]
 
 
-def critical_path_priority(base: int, path: int) -> int:
-    """The rule: ``base + path``, the path part clamped to ``[0, MAX_PATH_WEIGHT]`` so that no
-    phase, whatever its task's ``priority_weight`` says, crosses into another run class."""
-    return base + min(MAX_PATH_WEIGHT, max(0, int(path)))
+def critical_path_priority(base: int, path: int, max_path: int = MAX_PATH_WEIGHT) -> int:
+    """The rule: ``base + path``, the path part clamped to ``[0, max_path]`` so that no phase,
+    whatever its task's ``priority_weight`` says, crosses into another run class."""
+    return base + min(max_path, max(0, int(path)))
+
+
+def is_rerun(run_id: str) -> bool:
+    """Whether a weekly run is an ``avsim rerun-failed`` run (of an earlier run's failed cases)."""
+    return str(run_id).startswith(RERUN_RUN_PREFIX)
+
+
+def is_earlier_week(run_id: str, later_run_ids: Sequence[str] | None) -> bool:
+    """Whether weekly run ``run_id`` ranks as an earlier week: a later week has started (a run of the
+    weekly DAG after it that is not a rerun), or it is a rerun itself. ``later_run_ids``: the weekly
+    DAG's runs after it (None: unknown, so the current week)."""
+    return is_rerun(run_id) or any(not is_rerun(r) for r in later_run_ids or ())
+
+
+def week_base(base: int, earlier_week: bool) -> tuple[int, int]:
+    """The base and the path cap of a weekly phase: its run's base (weekly or canary) in the current
+    week; :data:`EARLIER_WEEK_BASE` and :data:`EARLIER_WEEK_MAX_PATH` in an earlier one."""
+    return (EARLIER_WEEK_BASE, EARLIER_WEEK_MAX_PATH) if earlier_week else (base, MAX_PATH_WEIGHT)
+
+
+_looked_up: dict[tuple[str, str], tuple[float, bool]] = {}
+_lookup_lock = threading.Lock()
+
+
+def _earlier_week(dag_id: str, run_id: str) -> bool:
+    """:func:`is_earlier_week` for a task instance's run, its weekly run read from the metadata
+    database (a shard run's is its parent's), reused for :data:`WEEK_LOOKUP_SECONDS`."""
+    from avsim.airflow_internals import later_run_ids
+
+    key = parent_run(dag_id, run_id)
+    if is_rerun(key[1]):
+        return True
+    now = time.monotonic()
+    with _lookup_lock:
+        hit = _looked_up.get(key)
+    if hit is not None and now - hit[0] < WEEK_LOOKUP_SECONDS:
+        return hit[1]
+    try:
+        earlier = is_earlier_week(key[1], later_run_ids(*key))
+    except Exception as exc:  # no metadata database here (a DAG test): the current week
+        log.debug("could not tell whether a later week than %s started: %s", key, exc)
+        earlier = False
+    with _lookup_lock:
+        if len(_looked_up) > 1024:
+            _looked_up.clear()
+        _looked_up[key] = (now, earlier)
+    return earlier
 
 
 def phase_priority(run_class: RunClass | str, remaining_seconds: float, run_id: str | None = None) -> int:
@@ -110,11 +197,16 @@ class _CriticalPathPriority(PriorityWeightStrategy):
     def get_weight(self, ti: TaskInstance) -> int:
         task = ti.task
         path = task.priority_weight if task is not None else 1
-        return critical_path_priority(run_base(self.run_class, ti.run_id), path)
+        base = run_base(self.run_class, ti.run_id)
+        if self.run_class is RunClass.WEEKLY:
+            base, max_path = week_base(base, _earlier_week(ti.dag_id, ti.run_id))
+            return critical_path_priority(base, path, max_path)
+        return critical_path_priority(base, path)
 
 
 class WeeklyCriticalPathPriority(_CriticalPathPriority):
-    """Weekly run (canary shard runs above it): ``WEEKLY_BASE`` (or ``CANARY_BASE``) + the task's path weight."""
+    """Weekly run (canary shard runs above it): ``WEEKLY_BASE`` (or ``CANARY_BASE``) + the task's path
+    weight; an earlier week's run, once a later week has started: ``EARLIER_WEEK_BASE`` + that path."""
 
     run_class = RunClass.WEEKLY
 

@@ -77,8 +77,9 @@ def api(stack: LocalStack, method: str, path: str, body: dict[str, Any] | None =
     return airflow_run.api(stack, method, path, body, login=(ENGINEER, ENGINEER_PASSWORD))
 
 
-def start_broken_week(stack: LocalStack, run_id: str) -> dict[str, Any]:
-    """Trigger a week whose two crashing cases stay broken until ``marker`` exists; wait for it."""
+def start_broken_week(stack: LocalStack, run_id: str, then: Any = None) -> dict[str, Any]:
+    """Trigger a week whose two crashing cases stay broken until ``marker`` exists; wait for it
+    (calling ``then()`` once it is triggered)."""
     doc = sample_manifest(
         3 * SHARD_SIZE, time_scale=0.00002, scenario_fail_rate=0.0, crash_rate=0.0, canary={"enabled": False}
     )
@@ -94,6 +95,8 @@ def start_broken_week(stack: LocalStack, run_id: str) -> dict[str, Any]:
     manifest = stack.home / f"{run_id}.json"
     manifest.write_text(json.dumps(doc))
     trigger(stack, "avsim_weekly", run_id, {"manifest": str(manifest)})
+    if then is not None:
+        then()
     assert wait_for_run(stack, "avsim_weekly", run_id, timeout=900) == "failed"
     return {
         "marker": marker,
@@ -264,3 +267,95 @@ def test_clear_only_failed_in_the_airflow_ui_repairs_the_week(stack: LocalStack,
             browser.close()
     assert wait_for_run(stack, "avsim_weekly", run_id, timeout=600) == "success"
     check_repaired_week(stack, run_id, week, before)
+
+
+def shards_log(stack: LocalStack, run_id: str, map_index: int) -> str:
+    logs = stack.home / "logs" / "dag_id=avsim_weekly" / f"run_id={run_id}" / "task_id=shards"
+    return (logs / f"map_index={map_index}" / "attempt=1.log").read_text()
+
+
+def run_state(stack: LocalStack, run_id: str) -> str:
+    [(state,)] = query(
+        stack, "SELECT state FROM dag_run WHERE dag_id = 'avsim_weekly' AND run_id = :r", r=run_id
+    )
+    return str(state)
+
+
+# Long tier: two weeks, about 5 minutes on 2 cores.
+@pytest.mark.long
+def test_a_repair_of_last_week_runs_at_once_beside_this_week_and_below_it(stack: LocalStack) -> None:
+    """Issue 31 item 9. Last week fails (two cases crash until the pool is fixed) while this week, a
+    slower one, has started after it. The clear of last week's failed task instances must start it at
+    once (not queue it behind this week, as max_active_runs=1 did), and its repaired phases must rank
+    below this week's (the scheduler orders by weight, then logical date, which the older week wins)."""
+    last, this = "it__last_week", "it__this_week"
+    doc = sample_manifest(
+        3 * SHARD_SIZE, time_scale=0.04, scenario_fail_rate=0.0, crash_rate=0.0, canary={"enabled": False}
+    )
+    manifest = stack.home / f"{this}.json"
+    manifest.write_text(json.dumps(doc))
+    # Last week first (its run_after is earlier), this week right after it.
+    week = start_broken_week(
+        stack, last, then=lambda: trigger(stack, "avsim_weekly", this, {"manifest": str(manifest)})
+    )
+    check_failed_week(stack, last, week)
+    before = child_tries(stack, last)
+    assert run_state(stack, this) == "running", "this week ended before last week's repair could start"
+
+    week["marker"].write_text("the node pool is fixed")
+    api(
+        stack,
+        "POST",
+        "/api/v2/dags/avsim_weekly/clearTaskInstances",
+        {"dag_run_id": last, "only_failed": True, "include_downstream": True, "dry_run": False},
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and run_state(stack, last) != "running":
+        time.sleep(0.5)
+    # At once, beside this week (with one active weekly run it stayed queued until this week ended).
+    assert (run_state(stack, last), run_state(stack, this)) == ("running", "running")
+
+    # The repaired phases (the crashed cases' evaluate, cleared by the shards' repair) rank below every
+    # phase of this week of the same task: the same path part, the earlier week's base.
+    crashed = {
+        (r, m): n
+        for (r, t, m), (n, _s, label) in before.items()
+        if t == "standard.evaluate" and label in week["crashed"]
+    }
+    assert len(crashed) == 2
+    deadline = time.monotonic() + 120
+    repaired: list[int] = []
+    while time.monotonic() < deadline and len(repaired) < 2:
+        rows = query(
+            stack,
+            "SELECT run_id, map_index, try_number, priority_weight FROM task_instance WHERE dag_id = :d "
+            "AND position(:p in run_id) = 1 AND task_id = 'standard.evaluate'",
+            d=SHARD_DAG,
+            p=f"{last}__",
+        )
+        repaired = [w for r, m, n, w in rows if (r, m) in crashed and n > crashed[r, m]]
+        time.sleep(1)
+    current = [
+        w
+        for (w,) in query(
+            stack,
+            "SELECT priority_weight FROM task_instance WHERE dag_id = :d AND position(:p in run_id) = 1 "
+            "AND task_id = 'standard.evaluate'",
+            d=SHARD_DAG,
+            p=f"{this}__",
+        )
+    ]
+    assert len(repaired) == 2 and current
+    from avsim.priority import EARLIER_WEEK_BASE, WEEKLY_BASE
+
+    assert max(repaired) < min(current)
+    assert {w - EARLIER_WEEK_BASE for w in repaired} == {w - WEEKLY_BASE for w in current}
+
+    assert wait_for_run(stack, "avsim_weekly", last, timeout=600) == "success"
+    check_repaired_week(stack, last, week, before)
+    assert wait_for_run(stack, "avsim_weekly", this, timeout=600) == "success"
+    # Every shard run was created by its shards task, which waited on the bounded trigger (item 10),
+    # not by Airflow's task runner deferring on a plain DagStateTrigger.
+    text = shards_log(stack, this, 0)
+    assert f"shard run {this}__shard_0001 created" in text
+    assert "Triggering Dag Run" not in text

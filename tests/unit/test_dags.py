@@ -35,6 +35,8 @@ def test_parent_shape(dagbag) -> None:
     from avsim.settings import AvsimSettings
 
     assert shards.max_active_tis_per_dagrun == AvsimSettings().max_active_shards
+    # A repair of an earlier week runs beside this week: more than one weekly run is active at once.
+    assert dag.max_active_runs == 2
     summary = [t for t in ids if t.startswith("run_phases.")]
     assert summary, "the run-level phases follow every shard"
     assert dag.task_dict[summary[0]].trigger_rule == "all_done_min_one_success"
@@ -64,7 +66,11 @@ def test_shard_dag_has_one_mapped_group_per_family(dagbag) -> None:
 
     plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml")
     dag = dagbag.dags["avsim_weekly_shard"]
-    assert dag.max_active_runs == plan.max_active_shards + 1  # the window, plus the canary shard run
+    # Each week's window plus its canary shard run, for the two weeks active at once (a repair of last
+    # week beside this week): neither week's shard runs queue behind the other's.
+    from avsim.dagbuild.weekly import WEEKS_AT_ONCE
+
+    assert dag.max_active_runs == WEEKS_AT_ONCE * (plan.max_active_shards + 1)
     assert dag.max_active_tasks >= 2 * plan.shard_size
     for fam in plan.families:
         group = dag.task_group_dict[fam.group_id]

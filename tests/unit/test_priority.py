@@ -188,3 +188,104 @@ def test_the_path_part_never_crosses_a_run_class() -> None:
     assert path_weight(1) == 1 and path_weight(61) == 2 and path_weight(10**9) == MAX_PATH_WEIGHT
     assert run_base("weekly", "x__canary") == run_base("adhoc", "x__canary") == CANARY_BASE
     assert run_base("adhoc", None) == ADHOC_BASE
+
+
+# -- a repair of an earlier week while a later week runs (issue 31 item 9) ---------------------------
+
+
+def test_an_earlier_weeks_phases_rank_between_this_week_and_adhoc_whatever_their_paths() -> None:
+    from avsim.priority import EARLIER_WEEK_BASE, EARLIER_WEEK_MAX_PATH, week_base
+
+    earlier = [critical_path_priority(*_with(week_base(WEEKLY_BASE, True), p)) for p in (0, 39, 10**6)]
+    canary_earlier = [critical_path_priority(*_with(week_base(CANARY_BASE, True), p)) for p in (0, 10**6)]
+    this_week = critical_path_priority(*_with(week_base(WEEKLY_BASE, False), 0))
+    adhoc_top = critical_path_priority(ADHOC_BASE, 10**6)
+    assert adhoc_top < min(earlier + canary_earlier) and max(earlier + canary_earlier) < this_week
+    assert earlier[0] == EARLIER_WEEK_BASE and earlier[-1] == EARLIER_WEEK_BASE + EARLIER_WEEK_MAX_PATH
+    assert earlier[1] == EARLIER_WEEK_BASE + 39  # the path still orders an earlier week's own phases
+
+
+def _with(base_cap: tuple[int, int], path: int) -> tuple[int, int, int]:
+    return base_cap[0], path, base_cap[1]
+
+
+def test_which_run_is_an_earlier_week() -> None:
+    from avsim.priority import is_earlier_week
+
+    assert not is_earlier_week("scheduled__2026-12-07", [])
+    assert not is_earlier_week("scheduled__2026-12-07", None)  # the database could not say
+    assert is_earlier_week("scheduled__2026-12-07", ["scheduled__2026-12-14"])
+    # A rerun of failed cases started after this week is not a later week; a rerun is never the current one.
+    assert not is_earlier_week("scheduled__2026-12-07", ["rerun__20261209T101500Z"])
+    assert is_earlier_week("rerun__20261209T101500Z", [])
+
+
+def test_a_rerun_is_named_as_the_strategy_recognizes_it() -> None:
+    """avsim rerun-failed's run id and the strategy's prefix are one convention."""
+    import inspect
+
+    from avsim import rerun
+    from avsim.priority import is_rerun
+
+    assert 'run_id=f"rerun__{stamp}"' in inspect.getsource(rerun.plan_rerun)
+    assert is_rerun("rerun__20261209T101500Z")
+
+
+@pytest.fixture
+def metadata_db(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Airflow's dag_run table (its own model's schema) in a SQLite database, as the strategy's
+    metadata database: the boundary replaced is the database server, not the query."""
+    import sqlalchemy as sa
+    from airflow import settings
+
+    from avsim import priority
+    from avsim.airflow_internals import models
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'meta.db'}")
+    models()["DagRun"].__table__.create(engine)
+    monkeypatch.setattr(settings, "engine", engine)
+    monkeypatch.setattr(priority, "_looked_up", {})
+    return engine
+
+
+def _add_week(engine: Any, dag_id: str, run_id: str, day: int) -> None:
+    import sqlalchemy as sa
+
+    from avsim.airflow_internals import models
+
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(models()["DagRun"].__table__).values(
+                dag_id=dag_id,
+                run_id=run_id,
+                run_type="manual",
+                state="running",
+                log_template_id=None,
+                run_after=dt.datetime(2026, 12, day, 6, tzinfo=dt.UTC),
+            )
+        )
+
+
+def test_a_repair_of_last_week_ranks_below_this_week_in_the_strategy(metadata_db: Any) -> None:
+    """The weights Airflow gives the task instances of a shard-shaped DAG, with the weekly DAG's runs in
+    the metadata database: last week's phases (its canary too) rank below this week's, by the base."""
+    from avsim import priority
+    from avsim.priority import EARLIER_WEEK_BASE
+
+    dag = serialized(build_dag("prio_weekly_shard", WeeklyCriticalPathPriority()))
+    _add_week(metadata_db, "prio_weekly", "week_49", 7)
+    before = weights(dag, "week_49__shard_0001")
+    assert min(before.values()) > WEEKLY_BASE  # the current week, alone
+    _add_week(metadata_db, "prio_weekly", "week_50", 14)
+    _add_week(metadata_db, "prio_weekly", "rerun__20261215T101500Z", 15)
+    priority._looked_up.clear()  # a process that looked last week up WEEK_LOOKUP_SECONDS ago
+    last = weights(dag, "week_49__shard_0001")
+    last_canary = weights(dag, "week_49__canary")
+    this = weights(dag, "week_50__shard_0001")
+    rerun = weights(dag, "rerun__20261215T101500Z__shard_0001")
+    assert max([*last.values(), *last_canary.values(), *rerun.values()]) < min(this.values())
+    for key, weight in this.items():
+        assert weight - last[key] == WEEKLY_BASE - EARLIER_WEEK_BASE  # the same path part
+        assert rerun[key] == last[key]
+    # A run the database does not know (a DAG test) is the current week.
+    assert weights(dag, "unknown__shard_0001") == this

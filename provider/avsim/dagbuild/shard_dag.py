@@ -155,8 +155,10 @@ def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> D
         schedule=None,
         start_date=START_DATE,
         catchup=False,
-        # The parent's window allows W shard runs, plus the week's canary shard run.
-        max_active_runs=plan.max_active_shards + 1,
+        # The parent's window allows W shard runs, plus the week's canary shard run, for each of the
+        # two weeks active at once (dagbuild/weekly.py, WEEKS_AT_ONCE: a repair of last week beside
+        # this week); each week keeps its own window of W (the shards' max_active_tis_per_dagrun).
+        max_active_runs=2 * (plan.max_active_shards + 1),
         # Per shard run: every case may have a phase running (or two, on parallel branches).
         max_active_tasks=max(16, 2 * plan.shard_size),
         is_paused_upon_creation=False,

@@ -33,6 +33,10 @@ from avsim.sensors.canary_gate import CanaryGateSensor
 from avsim.settings import AvsimSettings
 
 WEEKLY_SCHEDULE = "0 6 * * 1"  # Mondays 06:00 UTC
+#: Weekly runs active at once: this week's, and a repair (a clear) of an earlier week beside it, which
+#: neither waits for this week nor delays the next Monday's run; an earlier week's phases rank below
+#: this week's (avsim.priority). The shard DAG holds both weeks' windows (dagbuild/shard_dag.py).
+WEEKS_AT_ONCE = 2
 PARENT_DOC = """
 ### avsim weekly regression run
 
@@ -70,7 +74,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         schedule=WEEKLY_SCHEDULE if weekly else None,
         start_date=START_DATE,
         catchup=False,
-        max_active_runs=1 if weekly else 4,
+        max_active_runs=WEEKS_AT_ONCE if weekly else 4,
         tags=["avsim", "avsim-weekly" if weekly else "avsim-adhoc"],
         doc_md=PARENT_DOC if weekly else ADHOC_DOC,
         # An Airflow Deadline Alert on the manifest's deadline (read from the run when it is prepared).
