@@ -185,6 +185,20 @@ def stats_module(legacy_names: bool) -> Any:
     return sdk_stats
 
 
+def task_instance_state(ti: Any, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str | None:
+    """The state of another task instance of a run, as a running task reads it through the execution
+    API (``RuntimeTaskInstance.get_task_states``); None when it has none (or does not exist).
+
+    Airflow 3.3.2 keys the answer by run id, then by the task id, with ``_<map index>`` appended for a
+    mapped task instance."""
+    found = ti.get_task_states(
+        dag_id=dag_id, task_ids=[task_id], run_ids=[run_id], map_index=None if map_index < 0 else map_index
+    )
+    by_task = dict((found or {}).get(run_id) or {})
+    state = by_task.get(task_id if map_index < 0 else f"{task_id}_{map_index}")
+    return None if state is None else str(getattr(state, "value", state))
+
+
 def start_dag_run_from_task(
     dag_id: str, run_id: str, *, conf: dict[str, Any], logical_date: Any = None, note: str | None = None
 ) -> bool:

@@ -112,3 +112,28 @@ def test_the_resume_bound_holds_from_the_start_of_the_trigger() -> None:
     t0 = time.monotonic()
     asyncio.run(airflow_internals.resume_not_before(late, 0.3))
     assert time.monotonic() - t0 < 0.1
+
+
+def test_task_instance_state_reads_the_execution_apis_keys() -> None:
+    """``task_instance_state`` relies on how Airflow 3.3.2's execution API keys another task instance's
+    state (``<task id>_<map index>`` for a mapped one): pinned on the route's source, so an upgrade that
+    changes it fails here, and on a task instance's ``get_task_states`` taking the arguments it passes."""
+    import inspect
+
+    from airflow.api_fastapi.execution_api.routes import task_instances
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    from avsim.airflow_internals import task_instance_state
+
+    route = inspect.getsource(task_instances.get_task_instance_states)
+    assert 'f"{task.task_id}_{task.map_index}"' in route and "task.map_index < 0" in route
+    params = inspect.signature(RuntimeTaskInstance.get_task_states).parameters
+    assert {"dag_id", "map_index", "task_ids", "run_ids"} <= set(params)
+
+    class Ti:
+        def get_task_states(self, **kwargs: object) -> dict[str, dict[str, str]]:
+            return {"r1": {"t": "success", "group.twin_3": "skipped"}}
+
+    assert task_instance_state(Ti(), "d", "r1", "group.twin", 3) == "skipped"
+    assert task_instance_state(Ti(), "d", "r1", "t") == "success"
+    assert task_instance_state(Ti(), "d", "r1", "group.twin", 4) is None

@@ -71,3 +71,87 @@ def test_a_passing_gate_leaves_the_breaker_closed(tmp_path: Path) -> None:
     event = _decide(_trigger(root))
     assert event["status"] == "passed"
     assert not Breaker(root, "sha256:" + "c" * 64).state().is_open
+
+
+# -- a cleared gate judges the canary's new round (issue 31, item 1) ----------------------------------
+T_FIRST, T_CLEAR, T_AFTER = (
+    "2026-12-07T06:10:00+00:00",
+    "2026-12-07T07:00:00+00:00",
+    "2026-12-07T07:05:00+00:00",
+)
+
+
+def _attempt(root: str, case_id: str, n: int, outcome: str, ended_at: str, detail: str = "crash") -> None:
+    layout = RunLayout(root, "avsim_weekly__r1")
+    DocumentStore().put(
+        layout.attempt_record(case_id, "prepare", n),
+        {"attempt": n, "state": "ended", "outcome": outcome, "detail": detail, "ended_at": ended_at},
+    )
+
+
+def _since_trigger(root: str, since: str) -> CanaryGateTrigger:
+    _, kwargs = _trigger(root).serialize()
+    return CanaryGateTrigger(**{**kwargs, "since": since})
+
+
+def test_a_cleared_gate_judges_the_repaired_round_not_the_failures_that_stopped_the_week(
+    tmp_path: Path,
+) -> None:
+    """The first round crashed every canary case; the pool was fixed and the week cleared: the repaired
+    attempts (2, and 3 after a retry) pass, and the gate passes instead of reading attempt 1 again."""
+    root = f"file://{tmp_path}"
+    for case in ("c1", "c2", "c3"):
+        _attempt(root, case, 1, "infra_failed", T_FIRST)
+    _attempt(root, "c1", 2, "passed", T_AFTER)
+    _attempt(root, "c2", 2, "preempted", T_AFTER, detail="spot")  # says nothing: its next attempt does
+    _attempt(root, "c2", 3, "passed", T_AFTER)
+    _attempt(root, "c3", 2, "scenario_failed", T_AFTER, detail="")
+    summary = RunLayout(root, "avsim_weekly__r1").shard_summary(0)
+    DocumentStore().put(summary, {"shard": 0, "cases": [], "written_at": T_AFTER})
+    event = _decide(_since_trigger(root, T_CLEAR))
+    assert event["status"] == "passed", event
+    assert event["failed_cases"] == 0 and event["finished"] == 3
+    assert not Breaker(root, "sha256:" + "c" * 64).state().is_open
+    # The same ledger read as the week's first round (no since) is the failure that stopped it.
+    assert _decide(_trigger(root))["status"] == "failed"
+
+
+def test_a_cleared_gate_waits_for_the_repaired_round_and_a_new_summary(tmp_path: Path) -> None:
+    root = f"file://{tmp_path}"
+    for case in ("c1", "c2", "c3"):
+        _attempt(root, case, 1, "infra_failed", T_FIRST)
+    # The canary shard run's summary of the round that failed is not this round's end.
+    DocumentStore().put(
+        RunLayout(root, "avsim_weekly__r1").shard_summary(0), {"shard": 0, "cases": [], "written_at": T_FIRST}
+    )
+    trigger = _since_trigger(root, T_CLEAR)
+    seen: dict[str, dict[str, dict[str, object]]] = {c: {} for c in trigger.canary_cases}
+    decision = trigger.check(seen)
+    assert decision.state == "waiting" and decision.finished_cases == 0
+    # The repaired round crashes again (the pool is still broken): that is evidence, and it fails.
+    for case in ("c1", "c2"):
+        _attempt(root, case, 2, "infra_failed", T_AFTER)
+    assert trigger.check(seen).state == "failed"
+
+
+def test_round_since() -> None:
+    from avsim.plan.canary import round_since
+
+    def since(gate_round: int, run: str | None, task: str | None, repaired: str = "") -> str:
+        return round_since(
+            gate_try_round=gate_round,
+            canary_run_state=run,
+            canary_task_state=task,
+            last_repair_at=repaired,
+            now=T_CLEAR,
+        )
+
+    assert since(1, "running", "running") == ""  # the week's first round: every attempt counts
+    # Cleared with the canary task, which has not repaired its shard run yet: the round begins now.
+    assert since(2, "failed", None) == T_CLEAR
+    assert since(2, "failed", "queued", repaired=T_FIRST) == T_CLEAR
+    # The canary task repaired its run before the gate started: the round began with that repair.
+    assert since(2, "queued", "deferred", repaired=T_AFTER) == T_AFTER
+    # The gate cleared alone: nothing reruns, so the same evidence decides again.
+    assert since(2, "failed", "failed") == ""
+    assert since(3, "failed", "failed", repaired=T_FIRST) == T_FIRST

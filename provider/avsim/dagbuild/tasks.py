@@ -244,6 +244,8 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
     summary["counts"] = {"cases": len(summary["cases"]), **counts}
     verdict = shard_verdict(summary)
     summary["verdict"] = verdict.line()
+    # The canary gate takes a summary written before its round began as the last round's.
+    summary["written_at"] = dt.datetime.now(dt.UTC).isoformat()
     ledger.write_shard_summary(shard.index, summary)
     log.info("shard %d: %s", shard.index, summary["counts"])
     if exists(f"{layout.report_dir}/report.json"):

@@ -119,6 +119,8 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         shard_inputs: Any = XComArg(shard_specs.operator, key="shard_inputs")
         canary_xcom: Any = XComArg(shard_specs.operator, key="canary")
 
+        # What a repaired shard has run again after it: every task whose inputs are all the shards.
+        week_end_tasks = ["close_week", *(f"run_phases.{rp.name}" for rp in plan.run_phases), "report"]
         canary = ShardRunOperator(
             task_id="canary",
             trigger_dag_id=shard_dag_id,
@@ -127,6 +129,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             shard=CANARY_SHARD,
             run=run_xcom,
             airflow_api_conn_id=settings.airflow_api_conn_id,
+            week_end_tasks=week_end_tasks,
             poke_interval=int(settings.shard_poll_seconds),
             priority_weight=plan.base_priority * 3,
         )
@@ -135,6 +138,8 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             run=run_xcom,
             canary=canary_xcom,
             poll_interval=settings.shard_poll_seconds,
+            shard_dag_id=shard_dag_id,
+            canary_task_id=canary.task_id,
             priority_weight=plan.base_priority * 3,
             retries=2,
         )
@@ -153,6 +158,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             # After the try: "shard 3 · 2 need attention" in the grid when the shard failed.
             map_index_template="shard {{ task.shard }}{{ task.attention_label }}",
             airflow_api_conn_id=settings.airflow_api_conn_id,
+            week_end_tasks=week_end_tasks,
         ).expand_kwargs(shard_specs)
         gate >> shard_runs
 
@@ -199,7 +205,9 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                 for up in rp.upstream:
                     created[up] >> created[rp.name]
             else:
-                closed >> created[rp.name]
+                # The shards too, not only close_week: a repair clears the run-level phases (their inputs
+                # change) while close_week stays done, and they must wait for the repaired shards.
+                [closed, shard_runs, canary] >> created[rp.name]
 
         @task(
             task_id="report",

@@ -6,11 +6,18 @@ enough), each family's cases taken in an order fixed by a hash of their id, so t
 always gives the same canary. A week no larger than ``min_cases`` has no canary stage: the whole
 week is then as small as a canary and runs at once.
 
-:func:`gate_decision` is the canary gate's rule, on the canary's first attempts (attempt 1 of
-each of its phases, as the ledger records them): a canary case *failed* when one of its phases'
-first attempts is evidence of a bad build (a crash, an OOM, a lost heartbeat, an image that does
-not pull). The gate fails as soon as failed cases exceed ``max_failure_rate`` of the canary (it
-cannot recover below), and passes when the canary shard run has finished under the threshold.
+:func:`gate_decision` is the canary gate's rule, on the canary's first attempts of the gate's
+round (:func:`attempt_evidence`): a canary case *failed* when one of its phases' first attempts is
+evidence of a bad build (a crash, an OOM, a lost heartbeat, an image that does not pull). The gate
+fails as soon as failed cases exceed ``max_failure_rate`` of the canary (it cannot recover below),
+and passes when the canary shard run has finished under the threshold.
+
+A round (:func:`round_since`): the first one takes every attempt. A week stopped by the gate is
+repaired by clearing it (docs/operations.md, runbook 1): the cleared ``canary`` task repairs the
+canary shard run in place, and its failed phases run again. The cleared gate then judges those new
+attempts, not the failures that stopped the week: a failure that ended before the round began is
+stale, and the phase's next attempt is its evidence; a result (passed, scenario_failed) stays, since
+nothing reruns it.
 """
 
 from __future__ import annotations
@@ -145,6 +152,76 @@ def gate_decision(
     return GateDecision(
         WAITING, cases, failed_cases, finished, failures, threshold, f"canary running: {summary}"
     )
+
+
+#: What the gate does with one attempt record of a canary phase (:func:`attempt_evidence`).
+TAKE, SKIP, WAIT = "take", "skip", "wait"
+
+#: States of the parent's ``canary`` task in which it has not (yet) repaired its shard run this round.
+_PENDING_TASK_STATES = frozenset(
+    {"none", "scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
+)
+
+
+def attempt_evidence(record: Mapping[str, Any] | None, since: str) -> str:
+    """Whether a canary phase's attempt record is the gate's evidence (TAKE), says nothing of this
+    round (SKIP: look at the phase's next attempt), or has not ended (WAIT).
+
+    ``since``: when the gate's round began (ISO-8601 UTC, "" for every attempt). A preemption says
+    nothing about the build; a failure that ended before the round began is the last round's, and the
+    repair runs the phase again.
+    """
+    if not isinstance(record, Mapping) or not record.get("outcome"):
+        return WAIT
+    if record.get("state", "ended") != "ended":
+        return WAIT
+    outcome = str(record.get("outcome"))
+    if outcome == Outcome.PREEMPTED.value:
+        return SKIP
+    if since and not _produced_output(outcome) and str(record.get("ended_at") or "") < since:
+        return SKIP
+    return TAKE
+
+
+def summary_is_current(summary: Mapping[str, Any] | None, since: str) -> bool:
+    """The canary shard run finished this round: its summary exists and was written after ``since``."""
+    if not isinstance(summary, Mapping):
+        return False
+    return not since or str(summary.get("written_at") or "") >= since
+
+
+def round_since(
+    *,
+    gate_try_round: int,
+    canary_run_state: str | None,
+    canary_task_state: str | None,
+    last_repair_at: str,
+    now: str,
+) -> str:
+    """When the canary gate's current round began ("": the first round, every attempt counts).
+
+    ``gate_try_round``: the first try of the gate's round (1 until the gate is cleared).
+    ``canary_run_state``: the canary shard run's state; ``canary_task_state``: the parent's ``canary``
+    task's; ``last_repair_at``: when the canary shard run was last repaired in place ("" never).
+
+    - A canary shard run still failed while the ``canary`` task is pending (cleared with the gate) is
+      about to be repaired: the round begins now, and every failure so far is stale.
+    - Otherwise the round began with the canary's last repair in place (a gate cleared alone, with
+      nothing rerun, decides on the same evidence as before, and fails again when it failed).
+    """
+    if gate_try_round <= 1 and not last_repair_at:
+        return ""
+    task_state = str(canary_task_state or "none").lower()
+    if str(canary_run_state or "").lower() == "failed" and task_state in _PENDING_TASK_STATES:
+        return now
+    return last_repair_at
+
+
+def _produced_output(outcome: str) -> bool:
+    try:
+        return Outcome(outcome).produced_output
+    except ValueError:
+        return False
 
 
 def _counts_against_build(outcome: Any) -> bool:

@@ -8,6 +8,11 @@ that names the build and the failure counts; its trigger has already opened the 
 breaker when it decided, so the canary's own retries fail fast as ``bad_build`` and the rest of the
 week never starts. A week without a
 canary stage (too small) passes at once.
+
+A gate cleared to repair a stopped week (docs/operations.md, runbook 1) judges the canary's new
+round: when it starts, it works out when that round began (:func:`avsim.plan.canary.round_since`,
+from the canary shard run's state, the ``canary`` task's and the canary's last repair in place) and
+hands it to its trigger, which then takes a failure that ended before it as stale.
 """
 
 from __future__ import annotations
@@ -29,12 +34,24 @@ class CanaryGateSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("run", "canary")
     ui_color = "#f3ecd8"
 
-    def __init__(self, *, run: Any, canary: Any, poll_interval: float = 30.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        run: Any,
+        canary: Any,
+        poll_interval: float = 30.0,
+        shard_dag_id: str = "",
+        canary_task_id: str = "canary",
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("mode", "reschedule")
         super().__init__(**kwargs)
         self.run = run
         self.canary = canary
         self.poll_interval = poll_interval
+        #: The shard DAG and the parent's task that run the canary: a cleared gate reads their states.
+        self.shard_dag_id = shard_dag_id
+        self.canary_task_id = canary_task_id
 
     def execute(self, context: Any) -> Any:
         canary = dict(self.canary or {})
@@ -54,11 +71,53 @@ class CanaryGateSensor(BaseSensorOperator):
                 shard=int(canary.get("shard", 0)),
                 poll_interval=self.poll_interval,
                 image=run.image,
+                since=self.round_since(context, run),
             ),
             method_name="execute_complete",
             # Every deferral ends: a canary that never finishes fails the gate after the sensor's timeout.
             timeout=dt.timedelta(seconds=float(self.timeout)),
         )
+
+    def round_since(self, context: Any, run: RunDescriptor) -> str:
+        """When this gate's round began ("" in the week's first round: every attempt is evidence)."""
+        from avsim.artifacts import CANARY_RUN_SUFFIX
+        from avsim.ledger.store import Ledger
+        from avsim.plan.canary import round_since
+
+        ti = context["ti"]
+        max_tries = int(getattr(ti, "max_tries", 0) or 0)
+        gate_round = max(1, max_tries - int(self.retries or 0) + 1)
+        canary_shard = int(dict(self.canary or {}).get("shard", 0))
+        repairs = [r for r in Ledger(run.layout).repairs() if int(r.get("shard", -1)) == canary_shard]
+        last_repair_at = max((str(r.get("at") or "") for r in repairs), default="")
+        if gate_round <= 1 and not last_repair_at:
+            return ""  # the week's first round: nothing to read
+        from avsim import airflow_internals
+
+        dag_run = context["dag_run"]
+        run_state: str | None = None
+        if self.shard_dag_id:
+            canary_run = f"{dag_run.run_id}{CANARY_RUN_SUFFIX}"
+            if ti.get_dr_count(dag_id=self.shard_dag_id, run_ids=[canary_run]):
+                found = ti.get_dagrun_state(dag_id=self.shard_dag_id, run_id=canary_run)
+                run_state = str(getattr(found, "value", found))  # Airflow 3.3.2 answers a DagRunState
+        task_state = airflow_internals.task_instance_state(ti, ti.dag_id, dag_run.run_id, self.canary_task_id)
+        since = round_since(
+            gate_try_round=gate_round,
+            canary_run_state=run_state,
+            canary_task_state=task_state,
+            last_repair_at=last_repair_at,
+            now=dt.datetime.now(dt.UTC).isoformat(),
+        )
+        self.log.info(
+            "canary gate round from try %d: canary shard run %s, task %s, last repaired %s: evidence since %s",
+            gate_round,
+            run_state,
+            task_state,
+            last_repair_at or "never",
+            since or "the week's start",
+        )
+        return since
 
     def poke(self, context: Any) -> bool:  # pragma: no cover - the gate always defers
         raise NotImplementedError("the canary gate waits in the triggerer")

@@ -1,7 +1,8 @@
 """The canary gate's trigger: watches the canary's first attempts in the ledger and decides the gate.
 
-It reads, at an interval, the first-attempt records of the canary cases' phases (each record is read
-until it has ended, then kept), and whether the canary shard run has written its summary. It writes
+It reads, at an interval, the canary cases' phases' first attempts of the gate's round (each phase's
+attempt records in order, until one is its evidence: :func:`avsim.plan.canary.attempt_evidence`; a
+decided phase is kept), and whether the canary shard run has written its summary this round. It writes
 the gate's state to ``canary/gate.json`` (for the report and the UI page) whenever it changes, and
 fires one event when the gate is decided (``passed`` / ``failed``) or cannot be (``error``).
 Arguments are JSON-friendly; the classpath comes from ``__module__``/``__qualname__``.
@@ -17,11 +18,22 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from avsim.artifacts import RunLayout
-from avsim.plan.canary import WAITING, GateDecision, gate_decision
+from avsim.plan.canary import (
+    SKIP,
+    TAKE,
+    WAITING,
+    GateDecision,
+    attempt_evidence,
+    gate_decision,
+    summary_is_current,
+)
 
 
 class CanaryGateTrigger(BaseTrigger):
-    """:param canary_cases: canary case id -> its phase names. :param shard: the canary's shard index."""
+    """:param canary_cases: canary case id -> its phase names. :param shard: the canary's shard index.
+    :param since: when the gate's round began (ISO-8601 UTC; "" for the first round: every attempt
+        counts), see :func:`avsim.plan.canary.round_since`.
+    """
 
     def __init__(
         self,
@@ -34,6 +46,7 @@ class CanaryGateTrigger(BaseTrigger):
         shard: int = 0,
         poll_interval: float = 30.0,
         image: str = "",
+        since: str = "",
     ) -> None:
         super().__init__()
         self.artifact_root = artifact_root
@@ -45,6 +58,9 @@ class CanaryGateTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         #: The build's image reference: a failed gate opens the breaker of its digest at once.
         self.image = image
+        self.since = since
+        #: (case, phase) -> the attempt number to read next, until the phase is decided.
+        self._next_attempt: dict[tuple[str, str], int] = {}
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -58,6 +74,7 @@ class CanaryGateTrigger(BaseTrigger):
                 "shard": self.shard,
                 "poll_interval": self.poll_interval,
                 "image": self.image,
+                "since": self.since,
             },
         )
 
@@ -79,21 +96,27 @@ class CanaryGateTrigger(BaseTrigger):
             yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
 
     def check(self, seen: dict[str, dict[str, dict[str, Any]]]) -> GateDecision:
-        """One look at the ledger (blocking; runs in a thread)."""
+        """One look at the ledger (blocking; runs in a thread). ``seen``: the decided phases' evidence."""
         from avsim.ledger.documents import DocumentStore
 
         docs = DocumentStore()
         layout = RunLayout(self.artifact_root, self.run_key)
+        cursor = self._next_attempt
         for case_id, phases in self.canary_cases.items():
             for phase in phases:
                 if phase in seen[case_id]:
                     continue
-                rec = docs.read(layout.attempt_record(case_id, phase, 1))
-                ended = isinstance(rec, dict) and rec.get("state", "ended") == "ended" and rec.get("outcome")
-                # A preemption says nothing about the build: wait for the attempt that follows it.
-                if ended and isinstance(rec, dict) and rec.get("outcome") != "preempted":
-                    seen[case_id][phase] = rec
-        done = docs.read(layout.shard_summary(self.shard)) is not None
+                n = cursor.get((case_id, phase), 1)
+                while True:  # the phase's attempts in order, until one is this round's evidence
+                    rec = docs.read(layout.attempt_record(case_id, phase, n))
+                    step = attempt_evidence(rec, self.since)
+                    if step == TAKE and isinstance(rec, dict):
+                        seen[case_id][phase] = rec
+                    if step != SKIP:
+                        break
+                    n += 1
+                cursor[(case_id, phase)] = n
+        done = summary_is_current(docs.read(layout.shard_summary(self.shard)), self.since)
         return gate_decision(
             {c: list(v.values()) for c, v in seen.items()},
             threshold=self.threshold,
@@ -115,5 +138,10 @@ class CanaryGateTrigger(BaseTrigger):
         layout = RunLayout(self.artifact_root, self.run_key)
         DocumentStore().put(
             layout.canary_gate,
-            {**decision.to_json(), "build_id": self.build, "updated_at": dt.datetime.now(dt.UTC).isoformat()},
+            {
+                **decision.to_json(),
+                "build_id": self.build,
+                "round_since": self.since,
+                "updated_at": dt.datetime.now(dt.UTC).isoformat(),
+            },
         )
