@@ -42,6 +42,21 @@ class TaskInstance:
     max_tries: int = 0
     map_index: int = 0
     xcoms: dict[tuple[str, str, int], Any] = field(default_factory=dict)
+    dag_id: str = "avsim_weekly_shard"
+    run_id: str = "w1__shard_0001"
+    #: (task id, map index) -> state of the run's other task instances, as the execution API has them.
+    states: dict[tuple[str, int], str] = field(default_factory=dict)
+
+    def get_task_states(
+        self, dag_id: str, map_index: int | None, task_ids: list[str], run_ids: list[str]
+    ) -> dict[str, Any]:
+        """Airflow 3.3.2's answer: by run id, then task id (``_<map index>`` for a mapped one)."""
+        found = {
+            f"{t}_{m}" if m >= 0 else t: s
+            for (t, m), s in self.states.items()
+            if t in task_ids and (map_index is None or m == map_index)
+        }
+        return {run_ids[0]: found} if found else {}
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcoms[(self.task_id, key, self.map_index)] = value
@@ -80,6 +95,11 @@ class Phase(PhaseLifecycle):
 
 @pytest.fixture
 def week(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any], Ledger]:
+    return prepared_week(tmp_path)
+
+
+def prepared_week(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any], Ledger]:
+    """A prepared 4-case week on a file:// ledger: (run descriptor, its first case, its ledger)."""
     settings = AvsimSettings(shard_size=4, artifact_root=f"file://{tmp_path / 'artifacts'}")
     plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml", settings)
     doc = sample_manifest(4)

@@ -19,6 +19,9 @@ machines the writers run on:
   no other attempt replaces it; a duplicate report of the same attempt changes nothing. A committed
   failure (infrastructure, preemption, bad input, bad build) is replaced by a later attempt's outcome:
   that is a rerun after an engineer cleared the task.
+* **A run-level phase's result is a view of the run** (the weekly summary reads every shard's
+  summary): a repair changes its inputs, so a later attempt's result replaces it
+  (:func:`is_run_level`), and no reader keeps it as final.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Any, TypeVar
 
-from avsim.artifacts import RunLayout
+from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
 from avsim.errors import AvsimError
 from avsim.ledger.documents import DocumentStore
 from avsim.ledger.records import AttemptRecord, OutcomeRecord, Standing, standing
@@ -182,7 +185,7 @@ class Ledger:
         return self._seen(OutcomeRecord.from_json(data)) if data is not None else None
 
     def _seen(self, rec: OutcomeRecord) -> OutcomeRecord:
-        if rec.outcome.produced_output:
+        if rec.outcome.produced_output and not is_run_level(rec.case_id):
             self._results[(rec.case_id, rec.phase)] = rec
         return rec
 
@@ -221,7 +224,7 @@ class Ledger:
             if existing.attempt > rec.attempt:
                 verdict.extend(["late", str(existing.attempt), existing.outcome.value])
                 return None
-            if existing.outcome.produced_output:
+            if existing.outcome.produced_output and not is_run_level(rec.case_id):
                 verdict.extend(["result_kept", str(existing.attempt), existing.outcome.value])
                 return None
             verdict.extend(["replaces", str(existing.attempt), existing.outcome.value])
@@ -311,6 +314,11 @@ class Ledger:
         """Committed outcome and attempts of each (case, phase), read in parallel on object stores."""
         found = self._map(lambda k: (self.outcome(*k), self.attempts(*k)), keys)
         return dict(zip(keys, found, strict=True))
+
+
+def is_run_level(case_id: str) -> bool:
+    """A run-level phase's (case) id: its committed result is replaced by a later attempt's."""
+    return case_id == RUN_LEVEL_CASE
 
 
 def _replace(rec: AttemptRecord, **changes: Any) -> AttemptRecord:

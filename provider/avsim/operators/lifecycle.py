@@ -42,6 +42,8 @@ __all__ = ["HANDOVER_XCOM", "NODE_CPU", "NODE_ON_DEMAND", "NODE_SPOT", "AttemptR
 
 #: The XCom a spot task leaves its on-demand twin when it hands a GPU phase over.
 HANDOVER_XCOM = "avsim_handover"
+#: States an earlier round can leave an on-demand twin in, from which it would never run again.
+TWIN_LEFT_BEHIND = frozenset({"skipped", "failed", "upstream_failed", "success", "removed"})
 
 
 def _now() -> dt.datetime:
@@ -230,7 +232,7 @@ class PhaseLifecycle:
         attempt, key = self.attempt_for(context)
         runtime = attempt.runtime
         committed = self.ledger.outcome(attempt.case_id, self.phase)
-        if committed is not None and committed.outcome.produced_output:
+        if committed is not None and committed.outcome.produced_output and self._still_current(committed, ti):
             self.log.info(
                 "%s already has a committed result (attempt %d, %s): reused, nothing launched",
                 self._where(),
@@ -262,8 +264,10 @@ class PhaseLifecycle:
             hit = self.cache.lookup(key)
             if hit is not None:
                 return self._commit_reused(template, key, hit)
-        state = self.breaker.state()
-        if state.is_open:
+        # A run-level phase summarises the run, a stopped week too: the breaker keeps the build's cases
+        # from spending compute, not the week's summary of what happened to them.
+        state = self.breaker.state() if not self.is_run_level else None
+        if state is not None and state.is_open:
             return self._fail_without_launch(
                 ti,
                 template,
@@ -277,6 +281,23 @@ class PhaseLifecycle:
         self._admit(ti, template, runtime, history)
         claimed = self.ledger.claim_attempt(template)
         return attempt.with_attempt(claimed.attempt)
+
+    def _still_current(self, committed: OutcomeRecord, ti: Any) -> bool:
+        """Whether a committed result is still the phase's result for this try. A case phase's is,
+        always (its inputs are pinned). A run-level phase's inputs are every shard's summary, which a
+        repair changes: its result stands within the round that committed it (a lost worker's retry),
+        and a cleared task (a new round) runs it again."""
+        if not self.is_run_level:
+            return True
+        from avsim.storage import read_json
+
+        try:
+            ran = AttemptRecord.from_json(
+                read_json(self.layout.attempt_record(committed.case_id, committed.phase, committed.attempt))
+            )
+        except (FileNotFoundError, OSError, ValueError, KeyError):
+            return False
+        return ran.try_number >= self.round_start(ti)
 
     def round_start(self, ti: Any) -> int:
         """The first try of the task's current round (a clear starts a new round with fresh budgets)."""
@@ -378,6 +399,7 @@ class PhaseLifecycle:
         if decision.action is Action.HAND_OVER:
             from avsim.operators.exceptions import PhaseFallbackToOnDemand
 
+            self._ready_the_twin(ti)
             context["ti"].xcom_push(
                 key=HANDOVER_XCOM, value={"case": dict(self.case), "run": self.descriptor.to_json()}
             )
@@ -617,6 +639,54 @@ class PhaseLifecycle:
             key[:12],
         )
         return self._xcom(self.ledger.outcome(claimed.case_id, self.phase) or rec)
+
+    def _ready_the_twin(self, ti: Any) -> None:
+        """Make sure the on-demand twin runs once this spot task ends skipped.
+
+        The twin runs when its only upstream, this task, was skipped (``all_skipped``). When this task
+        failed in an earlier round (its budget, a bad build), Airflow skipped the twin; a repair clears
+        failed task instances only, so that twin stays skipped, never runs after a hand-over in the
+        repair's round, and the case's next phase finds no output. Such a twin is cleared here, through
+        the REST API (``[avsim] airflow_api_conn_id``), before the hand-over. A twin not yet decided
+        (the first round) needs nothing, and is read with one execution-API call.
+        """
+        from avsim import airflow_internals
+
+        twin = f"{self.task_id}{ON_DEMAND_SUFFIX}"
+        map_index = int(getattr(ti, "map_index", -1))
+        state = airflow_internals.task_instance_state(ti, ti.dag_id, ti.run_id, twin, map_index)
+        if state not in TWIN_LEFT_BEHIND:
+            return
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from avsim.hooks.airflow_api import AirflowApiError, AirflowApiHook
+        from avsim.settings import load_settings
+
+        conn_id = load_settings().airflow_api_conn_id
+        try:
+            AirflowApiHook(conn_id).clear_task_instances(
+                ti.dag_id,
+                ti.run_id,
+                only_failed=False,
+                include_downstream=False,
+                task_ids=[(twin, map_index)],
+                reset_dag_runs=False,
+                note=f"readied for the hand-over of {self.task_id} (try {ti.try_number})",
+            )
+        except (AirflowApiError, AirflowNotFoundException) as exc:
+            from avsim.operators.exceptions import RepairFailed
+
+            raise RepairFailed(
+                f"{self._where()}: must hand over to {twin}, which an earlier round left {state}, and could "
+                f"not clear it: {exc}. Clear {twin} (map index {map_index}) and this task, or check the "
+                f"connection {conn_id!r} ([avsim] airflow_api_conn_id)"
+            ) from None
+        self.log.warning(
+            "%s: cleared %s (left %s by an earlier round) so it takes the hand-over",
+            self._where(),
+            twin,
+            state,
+        )
 
     def take_over(self, context: Any) -> None:
         """An on-demand twin takes the case and the run its spot task handed over (the twin has no other
