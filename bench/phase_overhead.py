@@ -8,11 +8,13 @@ priorities and trigger rules. Only the phase task differs:
 
 (a) ``empty``        an ``EmptyOperator`` that runs (a no-op ``on_execute_callback``; a bare one is
                      marked success by the scheduler without running): the floor;
-(b) ``avsim_local``  avsim's local phases whose command is ``true`` (a no-op simulator, so the
-                     simulator's own process costs nothing worth counting);
+(b) ``avsim_local``  avsim's local phases whose command only writes ``result.json`` (a no-op
+                     simulator that honours the contract's declared output, so the simulator's own
+                     process costs nothing worth counting);
 (c) ``stock_kpo``    the stock deferrable ``KubernetesPodOperator``, its pod running ``sleep N``
                      (``--pod-seconds``, 15) against the loopback Kubernetes API;
-(d) ``avsim_k8s``    avsim's Kubernetes phases, command ``sleep N``, against the same API;
+(d) ``avsim_k8s``    avsim's Kubernetes phases, command ``sleep N`` then the same write, against the
+                     same API;
 (e) ``deferral``     a task that defers once on a ``TimeDeltaTrigger`` for as long as the pods of (c)
                      and (d) run, then resumes in a worker and returns: what Airflow itself costs for
                      any deferrable task of that length, the floor under (c) and (d);
@@ -119,7 +121,18 @@ class RunResult:
 
 
 # -- the manifest and the runs' confs ------------------------------------------------------------------
-def noop_manifest(cases: int, command: tuple[str, ...] = ("true",)) -> dict[str, Any]:
+#: A phase that does nothing but write the one output the phase contract asks of a result
+#: (``result.json``, :func:`avsim.phases.contract.classify_outputs`): a pass without it is retried as a
+#: lost write. Shell builtins and one ``mkdir``: the simulator's own cost stays negligible.
+NOOP_PHASE = ("sh", "-c", 'd="${OUTPUT_URI#file://}"; mkdir -p "$d" && echo "{}" > "$d/result.json"')
+
+
+def sleeping_phase(seconds: float) -> tuple[str, ...]:
+    """A phase that runs ``seconds`` (a pod's lifetime), then writes its one output as NOOP_PHASE does."""
+    return ("sh", "-c", f"sleep {seconds:g}; {NOOP_PHASE[2]}")
+
+
+def noop_manifest(cases: int, command: tuple[str, ...] = NOOP_PHASE) -> dict[str, Any]:
     """The sample manifest with every phase's command ``command`` and no canary."""
     from avsim.manifest.sample import sample_manifest
 
@@ -547,7 +560,7 @@ def main() -> None:
 
             def confs(cases: int, label: str) -> dict[str, Any]:
                 """Each variant's conf: the same cases; the avsim runs prepared with their own build."""
-                commands = {"avsim_local": ("true",), "avsim_k8s": ("sleep", f"{args.pod_seconds:g}")}
+                commands = {"avsim_local": NOOP_PHASE, "avsim_k8s": sleeping_phase(args.pod_seconds)}
                 out: dict[str, Any] = {}
                 by_family: dict[str, list[dict[str, Any]]] = {}
                 for variant, prefix in (("avsim_local", "bench_local"), ("avsim_k8s", "bench_k8s")):
