@@ -4,7 +4,8 @@ the artifact store on a real S3 API, reached through an Airflow connection).
 One stack for both of issue 7's items (so one module):
 
 * bad input: bad manifests and a bad conf fail the weekly run's ``prepare`` on its first try with
-  the field in its log and start no shard run; a conf the trigger's parameters refuse starts no
+  the field in its log and start no shard run (also a depth bomb inline in the conf, after which the
+  worker serves the next week: issue 28); a conf the trigger's parameters refuse starts no
   run at all; shard runs started by hand with a bad conf fail at once; a broken DAG file (a
   catalog-shaped one whose catalog is bad) gets an import error while ``avsim_weekly`` and
   ``avsim_weekly_shard`` stay parsed and a good week still succeeds;
@@ -220,6 +221,50 @@ def test_a_conf_the_parameters_refuse_starts_no_run(stack: LocalStack) -> None:
     assert done.returncode != 0
     assert "manifest" in done.stdout + done.stderr
     assert query(stack, "SELECT run_id FROM dag_run WHERE run_id = 'it__not_a_string'") == []
+
+
+def _inline_depth_bomb(depth: int) -> str:
+    """The corpus's control as JSON text, one case's parameters holding lists nested ``depth`` deep
+    (issue 28: 20,000 levels took the validator 2 GB; 100,000 took 22 GB and the kernel's OOM kill).
+    Lists, not mappings: "[" needs no escape in the conf's JSON, and the text stays under the 128 KiB
+    that one argument of ``airflow dags trigger`` may have."""
+    import yaml
+
+    doc = yaml.safe_load((CORPUS / "good_minimal.yaml").read_text())
+    doc["run"]["deadline"] = "2026-12-06T18:00:00Z"
+    doc["cases"][0]["parameters"] = "@P@"
+    return json.dumps(doc).replace('"@P@"', '{"a":' + "[" * depth + "]" * depth + "}")
+
+
+def test_a_depth_bomb_in_the_conf_fails_prepare_as_bad_input_and_the_worker_serves_on(
+    stack: LocalStack,
+) -> None:
+    """The manifest's text inline in the trigger's conf, nested 50,000 deep: prepare fails on its first
+    try as bad input naming the location; the scheduler and its workers live on and run the next week."""
+    scheduler = stack.procs["scheduler"]
+    bomb, after = "it__depth_bomb", "it__after_the_bomb"
+    trigger(stack, "avsim_weekly", bomb, {"manifest": _inline_depth_bomb(50_000)})
+    doc = sample_manifest(1, time_scale=0.00002, scenario_fail_rate=0.0, canary={"enabled": False})
+    trigger(stack, "avsim_weekly", after, {"manifest": json.dumps(doc)})  # inline too: a well-formed one
+    assert wait_for_run(stack, "avsim_weekly", bomb, timeout=300) == "failed"
+    prepare = query(
+        stack,
+        "SELECT state, try_number FROM task_instance WHERE dag_id = 'avsim_weekly' AND run_id = :r "
+        "AND task_id = 'prepare'",
+        r=bomb,
+    )
+    assert prepare == [("failed", 1)], prepare  # bad input: no retry
+    log = _task_log(stack, "avsim_weekly", bomb, "prepare")
+    location = "cases[0].parameters.a" + "[0]" * 196
+    assert (
+        f"{location}: JSON nesting is too deep: more than 200 levels here (a fixed limit); flatten it" in log
+    )
+    assert "params.manifest (inline)" in log and "MemoryError" not in log and "RecursionError" not in log
+    assert "[0]" * 197 not in log, "the path is cut at the depth limit"
+    assert query(stack, "SELECT run_id FROM dag_run WHERE run_id LIKE :p", p=f"{bomb}__%") == []
+    # The worker that refused it serves on: the next week (queued behind it) prepares and succeeds.
+    assert wait_for_run(stack, "avsim_weekly", after, timeout=600) == "success"
+    assert scheduler.poll() is None and stack.procs["scheduler"] is scheduler, "the scheduler was restarted"
 
 
 def test_a_good_week_still_succeeds_while_the_broken_file_is_there(stack: LocalStack) -> None:

@@ -239,3 +239,65 @@ def test_a_json_manifest_edited_at_random_is_valid_or_refused(data: st.DataObjec
     check_outcome(
         _parsed(edited, "json"), lambda: parse_manifest_text(edited, source="fuzz.json"), parsed_here=True
     )
+
+
+# ------------------------------------------------------------- bombs at random places (issue 28)
+
+#: Where a bomb goes: a case's parameters (free-form), a typed field, a phase's args, the top level.
+BOMB_SITES = ["parameters", "tags", "args", "top"]
+
+
+def _bomb(kind: str, size: int, fmt: str) -> str:
+    """One of the issue's shapes, in JSON or flow-style YAML text."""
+    if kind == "depth_map":
+        return ('{"a":' if fmt == "json" else "{a: ") * size + "1" + "}" * size
+    if kind == "depth_list":
+        return "[" * size + "]" * size
+    if kind == "width_map":
+        return "{" + ",".join(f'"k{i}":{i}' for i in range(size)) + "}"
+    if kind == "width_list":
+        return "[" + ",".join("0" for _ in range(size)) + "]"
+    if kind == "duplicate_keys":
+        return "{" + ",".join('"k":1' for _ in range(size)) + "}"
+    if kind == "long_string":
+        return json.dumps("x" * size)
+    return "9" * size  # a huge number
+
+
+@FUZZ
+@given(
+    kind=st.sampled_from(
+        ["depth_map", "depth_list", "width_map", "width_list", "duplicate_keys", "long_string", "huge_number"]
+    ),
+    size=st.integers(min_value=150, max_value=30_000),
+    site=st.sampled_from(BOMB_SITES),
+    fmt=st.sampled_from(["json", "yaml"]),
+)
+def test_a_bomb_anywhere_is_valid_or_refused_with_a_short_located_message(
+    kind: str, size: int, site: str, fmt: str
+) -> None:
+    """Whatever the shape, size and place: a Manifest, or a ManifestError whose every problem is
+    located, whose path is at most the depth limit long and whose message is readable; never another
+    exception (a RecursionError, a MemoryError)."""
+    from avsim.manifest.prescan import MAX_DEPTH
+
+    doc = copy.deepcopy(yaml.safe_load(GOOD_TEXT))
+    doc["run"]["deadline"] = "2026-12-06T18:00:00Z"
+    marker = "@BOMB@"
+    if site == "parameters":
+        doc["cases"][0]["parameters"] = {"bomb": marker}
+    elif site == "tags":
+        doc["cases"][0]["tags"] = marker
+    elif site == "args":
+        doc["graphs"]["standard"]["phases"]["prepare"]["args"] = marker
+    else:
+        doc["bomb"] = marker
+    text = json.dumps(doc).replace(json.dumps(marker), _bomb(kind, size, fmt))
+    try:
+        parse_manifest_text(text, source=f"fuzz.{fmt}", fmt="json" if fmt == "json" else "yaml")
+    except ManifestError as exc:
+        assert exc.problems
+        for p in exc.problems:
+            assert_located(p)
+            assert p.path.count(".") + p.path.count("[") < MAX_DEPTH, p.path[:200]
+            assert len(p.message) < 600, p.message[:200]

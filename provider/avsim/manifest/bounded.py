@@ -14,7 +14,7 @@ than the bound is refused with a message that names the bound; the child dies, t
 The bound, for a manifest of ``n`` bytes (docs/security.md):
 
 * memory: ``MEMORY_BASE + MEMORY_PER_BYTE[format] * n`` of resident memory (the child's address
-  space gets :data:`ADDRESS_SLACK` on top: an interpreter maps more than it touches);
+  space is capped at it: what it maps is at least what it touches);
 * CPU time: ``TIME_BASE + TIME_PER_MIB * n / MiB`` seconds.
 """
 
@@ -37,8 +37,10 @@ MEMORY_BASE = 256 * MiB
 #: Resident bytes per input byte: a parsed document, its models and its canonical JSON (YAML's
 #: node graph makes a YAML manifest cost more than the same manifest in JSON).
 MEMORY_PER_BYTE: dict[str, int] = {"json": 32, "yaml": 64}
-#: Address space the child may map beyond the resident bound (shared libraries, allocator slack).
-ADDRESS_SLACK = 256 * MiB
+#: Address space the child may map beyond the resident bound. 0: its address space is capped at
+#: the resident bound itself (address space >= resident memory, so the bound holds; the child maps
+#: ~45 MiB to start, well under MEMORY_BASE).
+ADDRESS_SLACK = 0
 #: CPU seconds: a base for the interpreter and its imports, then per MiB of input.
 TIME_BASE = 60.0
 TIME_PER_MIB = 4.0

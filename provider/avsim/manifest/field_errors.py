@@ -112,9 +112,9 @@ def _rewrite(err: Mapping[str, Any], loc: Loc) -> str:
         word = _ERROR_TYPE_WORD[etype]
         text = f"{label} must be {_TYPE_WORDS[word]}, got {describe(value)}"
         if word == "str" and isinstance(value, int | float) and not isinstance(value, bool):
-            text += f"; quote it: '{value}'"
+            text += f"; quote it: '{_cut(str(value))}'"
         elif word == "list" and isinstance(value, str):
-            text += f"; write it as a list: [{value}]"
+            text += f"; write it as a list: [{_cut(value)}]"
         return text
     if etype == "enum":
         return f"{label} must be {ctx.get('expected', 'one of the allowed values')}, got {describe(value)}"
@@ -160,6 +160,11 @@ def describe(value: object) -> str:
     if value is None:
         return "null"
     return f"{type(value).__name__} {short(value)}"
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    """A value echoed in advice, cut to a readable length (issue 28: a 30,000-character string is no hint)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def short(value: object, limit: int = 60) -> str:

@@ -361,7 +361,7 @@ def _ordered(found: list[tuple[Loc, str]], data: dict[str, Any], capped: bool = 
     seen: set[tuple[str, str]] = set()
     for _, _, loc, raw in keyed:
         # A credential in a key or in a value echoed by a type error is masked here as well.
-        path, msg = mask_secrets(format_path(loc, data)), mask_secrets(raw)
+        path, msg = mask_secrets(format_path(loc, data)), mask_secrets(_readable(raw))
         if (path, msg) in seen:
             continue
         seen.add((path, msg))
@@ -372,6 +372,14 @@ def _ordered(found: list[tuple[Loc, str]], data: dict[str, Any], capped: bool = 
         more = f"at least {extra}" if capped else str(extra)
         problems.append(Problem("", f"... and {more} more problems not shown; fix these and validate again"))
     return problems
+
+
+#: A message longer than this is cut (every message names its value shortened; this is the backstop).
+MAX_MESSAGE = 1000
+
+
+def _readable(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 30] + " ... (message cut)"
 
 
 def _order_key(loc: Loc, data: object, positions: dict[int, dict[Any, int]]) -> tuple[int, ...]:
