@@ -24,24 +24,38 @@ above; before that it checks whether it had already committed the attempt (a tri
 its triggerer died between the commit and Airflow taking the event, the pod already deleted) and
 then ends the task with that commit.
 
+A user who marks the deferred phase failed or success, or clears it, kills it: Airflow's triggerer
+cancels the trigger and calls :meth:`PhasePodTrigger.on_kill`, which deletes the attempt's pod and
+Lease (not after the event fired, not while the task instance is still deferred: the trigger was
+handed to another triggerer) and commits nothing.
+
 Its arguments are JSON-friendly and its classpath comes from ``__module__``/``__qualname__``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from avsim import airflow_internals
 from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS, resume_not_before
 from avsim.kube.pods import classify_pod, is_running, is_terminating, parse_time, pod_lease_age
 
+log = logging.getLogger(__name__)
+
 #: How long a pod may be missing from a synced watch before it counts as gone (creation races).
 MISSING_GRACE_SECONDS = 30.0
+#: A killed attempt's deletion is tried once more after each of these pauses (Airflow gives on_kill
+#: ``[triggerer] on_kill_timeout``, 30 s by default).
+KILL_RETRY_SECONDS = (1.0, 3.0, 0.0)
 
 
 class PhasePodTrigger(BaseTrigger):
@@ -96,6 +110,10 @@ class PhasePodTrigger(BaseTrigger):
         self.started_at = started_at
         self.min_wait_seconds = float(min_wait_seconds)
         self.deadline_seconds = float(deadline_seconds)
+        #: Set when the event is yielded: from then on the attempt is Airflow's (or the resumed phase's).
+        self._fired = False
+        #: The trigger's own end of an attempt that ended (``end_here``: a pass being committed).
+        self._ending: asyncio.Future[TriggerEvent | None] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -154,11 +172,82 @@ class PhasePodTrigger(BaseTrigger):
         # Never fire within min_wait_seconds of deferring: a task resumed sooner can be failed by
         # Airflow's scheduler (avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS says why).
         await resume_not_before(began, self.min_wait_seconds)
-        ended = await self.end_here(event)
+        # Shielded: a kill that arrives while a passed attempt is being committed lets the commit and
+        # the deletion of its pod finish (a cancelled await would leave the commit's thread running
+        # and the pod behind); on_kill waits for it.
+        self._ending = asyncio.ensure_future(self.end_here(event))
+        ended = await asyncio.shield(self._ending)
+        self._fired = True
         if ended is not None:
             yield ended
             return
         yield TriggerEvent(event)
+
+    async def on_kill(self) -> None:
+        """A user marked the deferred phase failed or success, or cleared it: delete the attempt's pod
+        and its Lease, so the pod gives its node (and GPU) back now, not at the phase's timeout.
+
+        Airflow 3.3.2's triggerer calls this when it cancels a trigger whose row left its assignment
+        (the task instance left ``deferred``), never on a trigger that fired, timed out or is shut down
+        with its triggerer. It also calls it when the trigger was handed to another triggerer (this one
+        missed its heartbeats, ``Trigger.assign_unassigned``; apache/airflow#73454, open): the task
+        instance is still deferred then, and the other triggerer's copy watches the same pod, so the
+        pod is left alone. Nothing is committed here: the attempt's record stays ``started``, and the
+        phase's next try records it as lost (``infra_failed``/``abandoned``) before it starts its own.
+        """
+        if self._fired:
+            return  # the event is Airflow's: the resumed phase (or this trigger's end) owns the pod
+        if self._ending is not None:
+            # The attempt had ended and the trigger was ending it itself: a pass is committed whatever
+            # the kill, and end_here deleted its pod; any other end is deleted below.
+            with contextlib.suppress(Exception):
+                if await asyncio.shield(self._ending) is not None:
+                    return
+        if await self._still_deferred():
+            log.warning(
+                "%s: cancelled while its task instance is still deferred (handed to another triggerer): "
+                "the pod is left to the trigger that runs there",
+                self.pod_name,
+            )
+            return
+        log.warning(
+            "%s: the phase was killed by a user: deleting attempt %d's pod and Lease",
+            self.pod_name,
+            self.attempt,
+        )
+        for wait in KILL_RETRY_SECONDS:
+            try:
+                await self.delete_attempt()
+                return
+            except Exception as exc:  # the API unreachable: try again within Airflow's on_kill timeout
+                log.warning("%s: could not delete the pod (%s: %s)", self.pod_name, type(exc).__name__, exc)
+                await asyncio.sleep(wait)
+
+    async def _still_deferred(self) -> bool:
+        """Whether this trigger's task instance is still deferred (this trigger moved, it was not
+        killed; a clear's next try deferred already has deleted this attempt's pod before creating its
+        own). Unknown (no task instance, the state unreadable) counts as killed, what on_kill means."""
+        ti = getattr(self, "task_instance", None)
+        if ti is None:
+            return False
+        try:
+            state = await asyncio.to_thread(
+                airflow_internals.task_instance_state,
+                airflow_internals.runtime_task_instance(),  # its get_task_states asks the triggerer's supervisor
+                ti.dag_id,
+                ti.run_id,
+                ti.task_id,
+                -1 if ti.map_index is None else int(ti.map_index),
+            )
+        except Exception as exc:
+            log.warning(
+                "%s: could not read the task instance's state (%s: %s)",
+                self.pod_name,
+                type(exc).__name__,
+                exc,
+            )
+            return False
+        return state == "deferred"
 
     async def end_here(self, event: dict[str, Any]) -> TriggerEvent | None:
         """The seam where a subclass ends the task itself instead of firing ``event`` (which resumes
