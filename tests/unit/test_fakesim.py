@@ -270,3 +270,16 @@ def test_a_lost_write_exits_as_a_pass_and_leaves_nothing(tmp_path: Path) -> None
     doc = result_of(tmp_path, "a2")
     assert contract.declared_outputs(doc)[0] == contract.RESULT_FILE
     assert all((tmp_path / "a2" / name).exists() for name in contract.declared_outputs(doc))
+
+
+def test_bad_input_until_the_missing_input_is_restored(tmp_path: Path) -> None:
+    marker = tmp_path / "scenario-restored"
+    params = json.dumps({"fakesim": {"prepare": f"bad_input_until:file://{marker}"}})
+
+    def run(attempt: int) -> int:
+        env = env_for(tmp_path, f"p{attempt}", PHASE="prepare", ATTEMPT=attempt, PARAMETERS=params)
+        return fakesim(env, "prepare", "--duration", "0").returncode
+
+    assert run(1) == contract.EXIT_BAD_INPUT
+    marker.touch()
+    assert run(2) == 0

@@ -16,7 +16,8 @@ SIGTERM, as a spot reclaim ends it on the local backend) or ``hang`` (the proces
 stops its heartbeat, and waits to be killed). ``FAULT_once`` hits attempt 1 only; ``FAULT_before:N``
 hits every attempt below N; ``FAULT_until:URI`` hits every attempt while URI does not exist, like a
 node pool that stays broken until someone fixes it (and creates the marker) and reruns the phase. Several may be combined with ``+`` (``preempt_before:3+crash_once``).
-``no_output`` (with the same ``_once``, ``_before:N``, ``_until:URI`` forms) is a lost write: the phase
+``bad_input_until:URI`` is bad input while URI does not exist (a scenario missing from its store until
+someone restores it). ``no_output`` (with the same ``_once``, ``_before:N``, ``_until:URI`` forms) is a lost write: the phase
 does its work and exits as it would (0, or 3 for a failed scenario) but leaves nothing under
 ``OUTPUT_URI``, as a write that never reached the artifact store.
 
@@ -141,8 +142,16 @@ class PhaseEnv:
 
     @property
     def forced(self) -> str:
-        """``scenario_failed`` or ``bad_input`` when the parameters force one, else empty."""
-        return next((v for v in self.forced_parts if v in FORCED), "")
+        """``scenario_failed`` or ``bad_input`` when the parameters force one, else empty.
+        ``bad_input_until:URI`` forces bad input while URI does not exist (an input missing from its
+        store until someone restores it)."""
+        for part in self.forced_parts:
+            if part in FORCED:
+                return part
+            prefix = "bad_input_until:"
+            if part.startswith(prefix) and not _exists(part[len(prefix) :]):
+                return "bad_input"
+        return ""
 
     def fault_forced(self, fault: str) -> bool:
         """Whether the parameters inject ``fault`` (crash, preempt, hang) into this attempt."""
