@@ -53,6 +53,8 @@ LOG_TAIL_LINES = 20
 DEFERRAL_MARGIN_SECONDS = 300.0
 #: Attempts whose pod is force-deleted (grace 0): a hung phase, or a pod on a node that is gone.
 FORCE_DELETE_DETAILS = frozenset({"lease_expired", "node_lost", "timeout"})
+#: How long :meth:`KubernetesPhaseOperator.on_kill` waits for its deletion of the pod and Lease.
+ON_KILL_WAIT_SECONDS = 5.0
 
 
 class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
@@ -121,6 +123,8 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         self._started: dt.datetime | None = None
         self._sync_result: dict[str, Any] | None = None
         self._lease_expired = threading.Event()
+        #: Sync mode: set by :meth:`on_kill` (a user ended the running task); the task records nothing.
+        self._user_kill = threading.Event()
         #: Sync mode: how the watchdog ended the pod (lease expired, node lost), read by cleanup().
         self._watchdog_result: AttemptResult | None = None
 
@@ -205,13 +209,19 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
             self.pod_request_obj = self.build_pod_request_obj(context)
         if self.pod is None:
             self.pod = self.get_or_create_pod(pod_request_obj=self.pod_request_obj, context=context)
+        if self._user_kill.is_set():  # killed before it deferred: no trigger would end the pod
+            self._raise_killed(self.pod)
         self.invoke_defer_method(context=context)
 
     def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Any) -> k8s.V1Pod:
         assert self._attempt is not None
+        if self._user_kill.is_set():  # killed before its pod was created: nothing is launched
+            self._raise_killed(pod_request_obj)
         self._remove_earlier_attempts(self._attempt, pod_request_obj.metadata.namespace)
         pod = super().get_or_create_pod(pod_request_obj, context)
         self._create_lease(self._attempt, pod.metadata.namespace, pod.metadata.name)
+        if self._user_kill.is_set():  # killed while the pod was created: on_kill did not see it
+            self._raise_killed(pod)
         return pod
 
     def _remove_earlier_attempts(self, a: PhaseAttempt, namespace: str) -> None:
@@ -480,7 +490,10 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
     def cleanup(
         self, pod: k8s.V1Pod, remote_pod: k8s.V1Pod, xcom_result: Any = None, context: Any = None
     ) -> None:
-        """The stock operator's last step in sync mode: classify the pod, record the attempt, delete the pod."""
+        """The stock operator's last step in sync mode: classify the pod, record the attempt, delete the pod.
+        After a user's kill (:meth:`on_kill`) nothing is recorded: it raises :class:`PhaseKilled`."""
+        if self._user_kill.is_set() and pod is not None:
+            self._raise_killed(pod)
         if self._killed or self._attempt is None or context is None or pod is None:
             return
         namespace, name = pod.metadata.namespace, pod.metadata.name
@@ -494,6 +507,40 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
             )
         assert self._started is not None
         self._sync_result = self._conclude(context, self._attempt, result, namespace, name, self._started)
+
+    def on_kill(self) -> None:
+        """Airflow's task runner calls this from its SIGTERM handler (sync mode): a user marked the
+        running task failed or success, or cleared it, or the worker is shutting down. Flag the kill and
+        delete the attempt's pod (with its grace period) and its Lease; the task's thread then raises
+        :class:`~avsim.operators.phase.PhaseKilled` and records nothing (the stock ``on_kill`` deleted
+        the pod only, and the task went on to fail on the vanished pod with the Lease left behind).
+
+        The deletion runs in its own thread, waited for a few seconds: the handler interrupts the
+        task's thread, which may hold the API client's connection pool; the task's thread deletes
+        again (idempotent) before it raises. A deferred phase is killed in its trigger
+        (:meth:`avsim.triggers.phase_pod.PhasePodTrigger.on_kill`), not here."""
+        self._user_kill.set()
+        self._killed = True  # the stock operator's flag: its own cleanup steps stand down
+        pod = self.pod
+        if pod is None:
+            return
+        deleting = threading.Thread(
+            target=self._delete,
+            args=(pod.metadata.namespace, pod.metadata.name, self.termination_grace_period),
+            name="avsim-on-kill",
+            daemon=True,
+        )
+        deleting.start()
+        deleting.join(timeout=ON_KILL_WAIT_SECONDS)
+
+    def _raise_killed(self, pod: k8s.V1Pod) -> None:
+        """End a killed task: make sure its pod and Lease are gone, record nothing, raise."""
+        from avsim.operators.phase import PhaseKilled
+
+        namespace = pod.metadata.namespace or str(self.namespace or self.kube.namespace)
+        self._delete(namespace, pod.metadata.name, grace=self.termination_grace_period)
+        number = self._attempt.attempt if self._attempt is not None else None
+        raise PhaseKilled(f"{self._where(number)} was killed (pod {pod.metadata.name}): nothing recorded")
 
     def _start_watchdog(self) -> threading.Event:
         """Sync mode: a thread that ends the pod when its Lease goes stale or its node is lost
