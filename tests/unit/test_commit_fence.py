@@ -263,3 +263,40 @@ def test_a_local_phase_that_passed_without_its_outputs_is_retried_not_committed(
     out = op.execute({"ti": ti})
     assert (out["outcome"], out["attempt"]) == ("passed", 2)
     assert len(list(cache.glob("*.json"))) == 1
+
+
+def test_settling_an_earlier_tries_attempt_leaves_a_pass_its_trigger_recorded_meanwhile(
+    week: Any, emitted: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The begin side of the fence. Try 1 deferred; try 2 begins, lists the phase's attempts and finds
+    attempt 1 still ``started``. Between that list and its write, try 1's trigger sees the pod pass and
+    records and commits it. Try 2 must not overwrite the pass with ``abandoned``, and it counts attempt
+    1 in the round's history as passed. The interleaving is forced at the ledger's list (the trigger's
+    real commit runs right after try 2's read returns); everything else is the real ledger."""
+    task = _task(week, "prepare", Role.REGULAR, 0)
+    ti1, attempt1 = begin(task, 1)
+    write_outputs(attempt1)
+    plan = plan_of(task, ti1, attempt1)
+    ledger = task.ledger
+    listed = ledger.attempts
+    raced: list[Any] = []
+
+    def list_then_the_trigger_commits(case_id: str, phase: str) -> list[AttemptRecord]:
+        found = listed(case_id, phase)
+        if not raced:
+            raced.append(commit_passed(plan, PASSED))
+        return found
+
+    monkeypatch.setattr(ledger, "attempts", list_then_the_trigger_commits)
+    ti2 = TaskInstance(task.task_id, try_number=2, max_tries=task.retries)
+    history = task._settle_abandoned(ti2, task.round_start(ti2))
+    monkeypatch.undo()
+
+    case_id = week[1]["case_id"]
+    assert raced and raced[0]["outcome"] == "passed"
+    [first] = week[2].attempts(case_id, "prepare")
+    assert (first.state, first.outcome, first.detail) == ("ended", Outcome.PASSED, ""), first
+    committed = week[2].outcome(case_id, "prepare")
+    assert committed is not None and (committed.attempt, committed.outcome) == (1, Outcome.PASSED)
+    assert history == [Outcome.PASSED]
+    assert task.breaker.state().finished == 1  # the trigger's pass, counted once; no loss over it

@@ -169,6 +169,20 @@ class Ledger:
             )
         return found[0], committed
 
+    def settle_attempt(self, rec: AttemptRecord) -> AttemptRecord:
+        """Write ``rec``, an end a newer try settles for an earlier try's attempt (``abandoned``), only
+        while the attempt's stored record is still ``started``: a compare-and-swap, so an end its own
+        worker or trigger recorded meanwhile (a pass) is never overwritten. Returns the attempt's record
+        as it stands after the swap (``rec``, or the end that was recorded first)."""
+
+        def settle(doc: Any | None) -> dict[str, Any] | None:
+            if isinstance(doc, dict) and AttemptRecord.from_json(doc).ended:
+                return None
+            return rec.to_json()
+
+        held = self.documents.update(self.layout.attempt_record(rec.case_id, rec.phase, rec.attempt), settle)
+        return AttemptRecord.from_json(held) if isinstance(held, dict) else rec
+
     def attempts(self, case_id: str, phase: str) -> list[AttemptRecord]:
         """Every recorded attempt of a (case, phase), lowest attempt first."""
         folder = self.layout.attempt_record(case_id, phase, 0).rsplit("/", 1)[0]

@@ -306,15 +306,14 @@ class PhaseLifecycle:
         return max(1, max_tries - retries + 1)
 
     def _settle_abandoned(self, ti: Any, round_start: int) -> list[Outcome]:
-        """Attempts of earlier tries still marked started: their worker was lost. Record them as infra.
-        Returns the outcomes of the task's ended attempts in its current round (one ledger read)."""
+        """Attempts of earlier tries still marked started: their worker was lost. Record them as infra,
+        only while their record is still ``started`` (:meth:`Ledger.settle_attempt`): a trigger may
+        record the attempt's pass between the list and the write, and that pass stands. Returns the
+        outcomes of the task's ended attempts in its current round, each as its record holds it."""
         history: list[Outcome] = []
         for rec in self.ledger.attempts(dict(self.case)["case_id"], self.phase):
             if rec.state == "started" and rec.try_number < int(ti.try_number):
-                self.log.warning(
-                    "%s never reported (try %d): recorded as lost", self._where(rec.attempt), rec.try_number
-                )
-                rec = dataclasses.replace(
+                lost = dataclasses.replace(
                     rec,
                     state="ended",
                     ended_at=_now().isoformat(),
@@ -322,7 +321,20 @@ class PhaseLifecycle:
                     detail="abandoned",
                     reason=f"no report from try {rec.try_number}: its worker was lost or killed",
                 )
-                self.ledger.record_attempt(rec)
+                rec = self.ledger.settle_attempt(lost)
+                if rec == lost:
+                    self.log.warning(
+                        "%s never reported (try %d): recorded as lost",
+                        self._where(rec.attempt),
+                        rec.try_number,
+                    )
+                else:
+                    self.log.info(
+                        "%s ended %s (try %d) as it was being recorded as lost: its end stands",
+                        self._where(rec.attempt),
+                        rec.outcome.value if rec.outcome else "?",
+                        rec.try_number,
+                    )
             if self._in_round(rec, round_start) and rec.outcome is not None:
                 history.append(rec.outcome)
         return history
