@@ -170,10 +170,10 @@ def catalog_write(
     import yaml
 
     if from_manifest:
-        from avsim.manifest.loader import load_manifest
+        from avsim.manifest.bounded import load_manifest_bounded
 
         try:
-            doc = load_manifest(from_manifest).manifest.model_dump(
+            doc = load_manifest_bounded(from_manifest).manifest.model_dump(
                 mode="json", by_alias=True, exclude_defaults=True
             )
         except AvsimError as exc:

@@ -233,6 +233,21 @@ def test_a_validation_over_its_memory_bound_is_refused_and_the_caller_lives(
     assert "(0 MiB + 64 x its" in problem.message
 
 
+def test_a_width_bomb_past_the_bound_is_stopped_by_the_watchdog() -> None:
+    """300,000 wrong items of a typed list (600 KB): pydantic builds an error for each (~1.6 KB), past
+    the bound of 256 MiB + 32 x 600 KB. Under the address-space cap alone the child's failed
+    allocation inside pydantic-core left it asleep on a lock, and prepare waited forever; the
+    watchdog kills it at the bound and the caller gets the refusal."""
+    doc = _good_doc()
+    doc["cases"][0]["tags"] = [0] * 300_000
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    with pytest.raises(ManifestError) as exc:
+        bounded.parse_bounded(data, "week.json", "json", ManifestPolicy())
+    [problem] = exc.value.problems
+    bound = bounded.memory_bound(len(data), "json") // 2**20
+    assert problem.message.startswith(f"validating this JSON manifest needs more than {bound} MiB, the bound")
+
+
 def test_the_bounded_validator_agrees_with_the_loader() -> None:
     loaded = bounded.parse_bounded(GOOD.read_bytes(), "week.yaml", "yaml", ManifestPolicy())
     direct = parse_manifest_text(GOOD.read_bytes(), source="week.yaml", policy=ManifestPolicy())

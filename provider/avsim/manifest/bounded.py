@@ -13,9 +13,13 @@ than the bound is refused with a message that names the bound; the child dies, t
 
 The bound, for a manifest of ``n`` bytes (docs/security.md):
 
-* memory: ``MEMORY_BASE + MEMORY_PER_BYTE[format] * n`` of resident memory (the child's address
-  space is capped at it: what it maps is at least what it touches);
-* CPU time: ``TIME_BASE + TIME_PER_MIB * n / MiB`` seconds.
+* memory: ``MEMORY_BASE + MEMORY_PER_BYTE[format] * n`` of resident memory: a watchdog here reads
+  the child's resident memory every :data:`POLL_SECONDS` and kills it past the bound (a cap on its
+  address space alone is not enough: an allocation that fails inside native code, pydantic-core's,
+  can leave the child asleep on a lock instead of raising ``MemoryError``); the address space is
+  capped at twice the bound as a backstop;
+* CPU time: ``TIME_BASE + TIME_PER_MIB * n / MiB`` seconds (``RLIMIT_CPU``), and :data:`WALL_FACTOR`
+  times that on the wall clock (a child asleep uses no CPU).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
+import time
 from typing import TYPE_CHECKING, Any
 
 from avsim.errors import ManifestError, Problem
@@ -37,13 +43,16 @@ MEMORY_BASE = 256 * MiB
 #: Resident bytes per input byte: a parsed document, its models and its canonical JSON (YAML's
 #: node graph makes a YAML manifest cost more than the same manifest in JSON).
 MEMORY_PER_BYTE: dict[str, int] = {"json": 32, "yaml": 64}
-#: Address space the child may map beyond the resident bound. 0: its address space is capped at
-#: the resident bound itself (address space >= resident memory, so the bound holds; the child maps
-#: ~45 MiB to start, well under MEMORY_BASE).
+#: The child's address space is capped at twice the resident bound plus this, a backstop for where
+#: the watchdog cannot read the resident memory (no /proc); the child maps ~45 MiB to start.
 ADDRESS_SLACK = 0
 #: CPU seconds: a base for the interpreter and its imports, then per MiB of input.
 TIME_BASE = 60.0
 TIME_PER_MIB = 4.0
+#: Wall-clock time the child may take, in multiples of its CPU bound (a loaded machine stretches it).
+WALL_FACTOR = 3.0
+#: How often the watchdog reads the child's resident memory.
+POLL_SECONDS = 0.05
 
 _OK, _REFUSED = "ok", "refused"
 
@@ -80,42 +89,90 @@ def parse_bounded(
         "source": source,
         "fmt": fmt,
         "policy": _policy_json(policy),
-        "address_space": memory + ADDRESS_SLACK,
+        # A backstop only: the watchdog below holds the resident bound. A failed allocation inside
+        # native code (pydantic-core) can leave the child asleep on a lock instead of raising.
+        "address_space": 2 * memory + ADDRESS_SLACK,
         "cpu_seconds": int(seconds) + 1,
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "avsim.manifest.bounded", json.dumps(request)],
-        input=data,
-        capture_output=True,
-        check=False,
-    )
-    status, _, body = proc.stdout.partition(b"\n")
-    if proc.returncode == 0 and status == _OK.encode():
+    # The bytes reach the child as an unlinked temporary file: a pipe would need a writer beside the
+    # watchdog (Popen.communicate cannot resume sending input after a timeout).
+    with tempfile.TemporaryFile() as given:
+        given.write(data)
+        given.seek(0)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "avsim.manifest.bounded", json.dumps(request)],
+            stdin=given,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        out, err, stopped = _watch(proc, memory, WALL_FACTOR * seconds)
+    status, _, body = out.partition(b"\n")
+    if stopped is None and proc.returncode == 0 and status == _OK.encode():
         # Valid, and within its limits: reading its canonical JSON again is linear and bounded.
         return parse_manifest_text(body, source=source, fmt="json", policy=policy)
-    if proc.returncode == 0 and status == _REFUSED.encode():
+    if stopped is None and proc.returncode == 0 and status == _REFUSED.encode():
         problems = [Problem(path, message) for path, message in json.loads(body)]
         raise ManifestError(problems, source=source)
-    raise ManifestError([Problem("", _died(proc, size, sniffed, memory, seconds))], source=source)
+    said = (
+        "memory" if stopped == "memory" else "time" if stopped == "time" else status.decode(errors="replace")
+    )
+    raise ManifestError(
+        [Problem("", _died(said, proc.returncode, err, size, sniffed, memory, seconds))], source=source
+    )
 
 
-def _died(proc: subprocess.CompletedProcess[bytes], size: int, fmt: str, memory: int, seconds: float) -> str:
-    said = proc.stdout.partition(b"\n")[0].decode(errors="replace")
+def _watch(
+    proc: subprocess.Popen[bytes], memory: int, wall_seconds: float
+) -> tuple[bytes, bytes, str | None]:
+    """Collect the child's answer, killing it when its resident memory passes ``memory`` ("memory")
+    or it runs longer than ``wall_seconds`` ("time")."""
+    deadline = time.monotonic() + wall_seconds
+    stopped: str | None = None
+    while True:
+        try:
+            out, err = proc.communicate(timeout=POLL_SECONDS)
+            return out, err, stopped
+        except subprocess.TimeoutExpired:
+            pass
+        if stopped is None:
+            if _resident(proc.pid) > memory:
+                stopped = "memory"
+            elif time.monotonic() > deadline:
+                stopped = "time"
+            if stopped is not None:
+                proc.kill()
+
+
+def _resident(pid: int) -> int:
+    """The resident memory of a process (Linux ``/proc``; 0 where there is none: the backstop holds)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _died(
+    said: str, returncode: int | None, stderr: bytes, size: int, fmt: str, memory: int, seconds: float
+) -> str:
     bound = f"{MEMORY_BASE // MiB} MiB + {MEMORY_PER_BYTE.get(fmt, 64)} x its {size} bytes"
     out_of_memory = (b"MemoryError", b"failed to map segment", b"Cannot allocate memory")
-    if said == "memory" or any(sign in proc.stderr for sign in out_of_memory):
+    if said == "memory" or any(sign in stderr for sign in out_of_memory):
         return (
             f"validating this {fmt.upper()} manifest needs more than {memory // MiB} MiB, the bound for its size "
             f"({bound}); it holds more nodes than a manifest of its size should: look for a list or mapping "
             "with very many items, or aliases repeated many times, and write it out smaller"
         )
-    if proc.returncode in (-24, -9):  # SIGXCPU, then SIGKILL at the hard limit
+    if said == "time" or returncode in (-24, -9):  # the wall clock, or SIGXCPU then SIGKILL at the hard limit
         return (
             f"validating this manifest took more than {seconds:.0f} CPU seconds, the bound for its size "
             f"({TIME_BASE:.0f} s + {TIME_PER_MIB:.0f} s per MiB); write it out smaller"
         )
-    tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-    return f"the manifest validator failed (exit {proc.returncode}: {tail[0][:200]}); report this as a bug"
+    tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+    return f"the manifest validator failed (exit {returncode}: {tail[0][:200]}); report this as a bug"
 
 
 def _policy_json(policy: ManifestPolicy | None) -> dict[str, Any] | None:
