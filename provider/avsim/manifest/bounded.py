@@ -53,6 +53,9 @@ TIME_PER_MIB = 4.0
 WALL_FACTOR = 3.0
 #: How often the watchdog reads the child's resident memory.
 POLL_SECONDS = 0.05
+#: The watchdog kills the child this far below the bound: more than a validation allocates between
+#: two reads (pydantic building errors: ~10 MiB in 50 ms), so the peak stays under the bound.
+WATCHDOG_MARGIN = 32 * MiB
 
 _OK, _REFUSED = "ok", "refused"
 
@@ -135,7 +138,7 @@ def _watch(
         except subprocess.TimeoutExpired:
             pass
         if stopped is None:
-            if _resident(proc.pid) > memory:
+            if _resident(proc.pid) > memory - WATCHDOG_MARGIN:
                 stopped = "memory"
             elif time.monotonic() > deadline:
                 stopped = "time"
