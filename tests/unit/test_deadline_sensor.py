@@ -7,6 +7,7 @@ EKS server through the real EksHook, and the action is recorded in a ``file://``
 from __future__ import annotations
 
 import json
+import types
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -160,8 +161,10 @@ def test_every_deferral_of_the_gate_and_the_tracker_has_a_timeout() -> None:
         task_id="canary_gate", run=run, canary={"cases": {"c1": ["prepare"]}, "threshold": 0.2}, timeout=3600
     )
     tracker = DeadlineTrackerSensor(task_id="deadline", run=run, shard_dag_id="avsim_weekly_shard", phases={})
+    # The gate reads its try's round from its task instance (the week's first round here).
+    first_try = {"ti": types.SimpleNamespace(max_tries=0, try_number=1)}
     for sensor, expected in ((gate, 3600), (tracker, 14 * 24 * 3600)):
         with pytest.raises(TaskDeferred) as deferred:
-            sensor.execute({})
+            sensor.execute(first_try)
         assert deferred.value.timeout is not None
         assert deferred.value.timeout.total_seconds() == expected, sensor.task_id
