@@ -300,3 +300,27 @@ def test_settling_an_earlier_tries_attempt_leaves_a_pass_its_trigger_recorded_me
     assert committed is not None and (committed.attempt, committed.outcome) == (1, Outcome.PASSED)
     assert history == [Outcome.PASSED]
     assert task.breaker.state().finished == 1  # the trigger's pass, counted once; no loss over it
+
+
+def test_a_try_that_settles_a_pass_committed_meanwhile_launches_nothing(
+    week: Any, emitted: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same race, through the whole begin: try 2 found no commit, then, while it settled attempt 1,
+    try 1's trigger committed its pass. Try 2 returns that result instead of claiming attempt 2."""
+    task = _task(week, "prepare", Role.REGULAR, 0)
+    ti1, attempt1 = begin(task, 1)
+    write_outputs(attempt1)
+    plan = plan_of(task, ti1, attempt1)
+    listed = task.ledger.attempts
+    raced: list[Any] = []
+
+    def list_then_the_trigger_commits(case_id: str, phase: str) -> list[AttemptRecord]:
+        found = listed(case_id, phase)
+        if not raced:
+            raced.append(commit_passed(plan, PASSED))
+        return found
+
+    monkeypatch.setattr(task.ledger, "attempts", list_then_the_trigger_commits)
+    ti2 = TaskInstance(task.task_id, try_number=2, max_tries=task.retries)
+    assert task.begin_attempt({"ti": ti2}) == raced[0]
+    assert task.ledger.current_attempt(week[1]["case_id"], "prepare") == 1  # no attempt 2 claimed

@@ -278,6 +278,12 @@ class PhaseLifecycle:
                 "once the build is fixed, or start a run with a new build",
             )
         history = self._settle_abandoned(ti, template.round_start)
+        if any(o.produced_output for o in history):
+            # An earlier try's attempt ended with a result while this try settled it (its trigger
+            # committed in between): that commit is the phase's result, nothing to launch.
+            late = self.ledger.outcome(attempt.case_id, self.phase)
+            if late is not None and late.outcome.produced_output and self._still_current(late, ti):
+                return self._xcom(late)
         self._admit(ti, template, runtime, history)
         claimed = self.ledger.claim_attempt(template)
         return attempt.with_attempt(claimed.attempt)
