@@ -248,6 +248,24 @@ def test_a_width_bomb_past_the_bound_is_stopped_by_the_watchdog() -> None:
     assert problem.message.startswith(f"validating this JSON manifest needs more than {bound} MiB, the bound")
 
 
+def test_the_bounded_validator_runs_under_an_inherited_hard_limit(tmp_path: Path) -> None:
+    """A worker with a hard address-space limit below the child's cap (a container's, a ulimit): the
+    child keeps the inherited one (it may not raise it) instead of failing; the bench found this at
+    60 MB under its 3 GiB ceiling ("ValueError: not allowed to raise maximum limit")."""
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (2**31, 2**31))\n"
+        "from avsim.manifest import bounded\n"
+        "bounded.MEMORY_BASE = 2**32\n"  # the child's cap would be 8 GiB, above the inherited 2 GiB
+        "loaded = bounded.parse_bounded(open(sys.argv[1], 'rb').read(), 'week.yaml', 'yaml', None)\n"
+        "print(len(loaded.manifest.cases))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(GOOD)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "2", done.stderr[-1000:]
+
+
 def test_the_bounded_validator_agrees_with_the_loader() -> None:
     loaded = bounded.parse_bounded(GOOD.read_bytes(), "week.yaml", "yaml", ManifestPolicy())
     direct = parse_manifest_text(GOOD.read_bytes(), source="week.yaml", policy=ManifestPolicy())

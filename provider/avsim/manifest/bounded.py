@@ -193,10 +193,18 @@ def _policy_json(policy: ManifestPolicy | None) -> dict[str, Any] | None:
 
 
 def _limit(address_space: int, cpu_seconds: int) -> None:
+    """Lower this process's limits; never above a hard limit it inherited (a container's, a
+    ``ulimit``), which a process may not raise."""
     import resource
 
-    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
+    for which, soft, hard in (
+        (resource.RLIMIT_AS, address_space, address_space),
+        (resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 5),
+    ):
+        _, inherited = resource.getrlimit(which)
+        if inherited != resource.RLIM_INFINITY:
+            soft, hard = min(soft, inherited), min(hard, inherited)
+        resource.setrlimit(which, (soft, hard))
 
 
 def main(argv: list[str]) -> int:
