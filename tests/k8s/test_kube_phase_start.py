@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from tests.support.kube_api import FakeKubeAPI
+from tests.support.kube_api.phases import phase_kube_api
 
 from avsim.dagbuild import tasks
 from avsim.dagbuild.factory import load_plan
@@ -54,14 +53,8 @@ class PhaseTI:
 
 @pytest.fixture
 def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKubeAPI]:
-    # The pods run the phase's command, avsim-fakesim, from this interpreter's environment.
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    with FakeKubeAPI(workdir=tmp_path / "kube", env=env) as api:
-        config = api.write_kubeconfig(tmp_path / "kubeconfig")
-        for key, value in api.airflow_conn_env("avsim_kube", config, namespace=NAMESPACE).items():
-            monkeypatch.setenv(key, value)
+    with phase_kube_api(tmp_path, monkeypatch, NAMESPACE) as api:
         yield api
-    assert api.errors == [], api.errors
 
 
 @pytest.fixture

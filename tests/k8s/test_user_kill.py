@@ -19,8 +19,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
-import os
-import sys
 import threading
 import time
 import uuid
@@ -32,6 +30,7 @@ import psutil
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from tests.support.kube_api import FakeKubeAPI
+from tests.support.kube_api.phases import phase_kube_api
 
 from avsim.dagbuild import tasks
 from avsim.dagbuild.factory import load_plan
@@ -134,13 +133,8 @@ class Triggerer:
 
 @pytest.fixture
 def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKubeAPI]:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    with FakeKubeAPI(workdir=tmp_path / "kube", env=env) as api:
-        config = api.write_kubeconfig(tmp_path / "kubeconfig")
-        for key, value in api.airflow_conn_env("avsim_kube", config, namespace=NAMESPACE).items():
-            monkeypatch.setenv(key, value)
+    with phase_kube_api(tmp_path, monkeypatch, NAMESPACE) as api:
         yield api
-    assert api.errors == [], api.errors
 
 
 def prepared_week(tmp_path: Path, time_scale: float) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -35,6 +35,7 @@ from tests.k8s.test_user_kill import (
     start_phase,
 )
 from tests.support.kube_api import FakeKubeAPI
+from tests.support.kube_api.phases import phase_kube_api
 
 from avsim.kube import pod_spec
 
@@ -69,13 +70,8 @@ TASK_PROCESS = textwrap.dedent(
 
 @pytest.fixture
 def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKubeAPI]:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    with FakeKubeAPI(workdir=tmp_path / "kube", env=env) as api:
-        config = api.write_kubeconfig(tmp_path / "kubeconfig")
-        for key, value in api.airflow_conn_env("avsim_kube", config, namespace=NAMESPACE).items():
-            monkeypatch.setenv(key, value)
+    with phase_kube_api(tmp_path, monkeypatch, NAMESPACE) as api:
         yield api
-    assert api.errors == [], api.errors
 
 
 def start_task(tmp_path: Path, run: dict[str, Any], case: dict[str, Any]) -> subprocess.Popen[str]:

@@ -265,6 +265,26 @@ def test_a_local_phase_that_passed_without_its_outputs_is_retried_not_committed(
     assert len(list(cache.glob("*.json"))) == 1
 
 
+def _trigger_commits_after_the_next_list(task: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Try 1 of ``task`` begins and defers; the next list of the phase's attempts (a newer try's) is
+    followed at once by try 1's trigger really committing its pass. Returns [that commit's result]
+    once it happened."""
+    ti1, attempt1 = begin(task, 1)
+    write_outputs(attempt1)
+    plan = plan_of(task, ti1, attempt1)
+    listed = task.ledger.attempts
+    raced: list[Any] = []
+
+    def list_then_the_trigger_commits(case_id: str, phase: str) -> list[AttemptRecord]:
+        found = listed(case_id, phase)
+        if not raced:
+            raced.append(commit_passed(plan, PASSED))
+        return found
+
+    monkeypatch.setattr(task.ledger, "attempts", list_then_the_trigger_commits)
+    return raced
+
+
 def test_settling_an_earlier_tries_attempt_leaves_a_pass_its_trigger_recorded_meanwhile(
     week: Any, emitted: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -274,20 +294,7 @@ def test_settling_an_earlier_tries_attempt_leaves_a_pass_its_trigger_recorded_me
     1 in the round's history as passed. The interleaving is forced at the ledger's list (the trigger's
     real commit runs right after try 2's read returns); everything else is the real ledger."""
     task = _task(week, "prepare", Role.REGULAR, 0)
-    ti1, attempt1 = begin(task, 1)
-    write_outputs(attempt1)
-    plan = plan_of(task, ti1, attempt1)
-    ledger = task.ledger
-    listed = ledger.attempts
-    raced: list[Any] = []
-
-    def list_then_the_trigger_commits(case_id: str, phase: str) -> list[AttemptRecord]:
-        found = listed(case_id, phase)
-        if not raced:
-            raced.append(commit_passed(plan, PASSED))
-        return found
-
-    monkeypatch.setattr(ledger, "attempts", list_then_the_trigger_commits)
+    raced = _trigger_commits_after_the_next_list(task, monkeypatch)
     ti2 = TaskInstance(task.task_id, try_number=2, max_tries=task.retries)
     history = task._settle_abandoned(ti2, task.round_start(ti2))
     monkeypatch.undo()
@@ -308,19 +315,7 @@ def test_a_try_that_settles_a_pass_committed_meanwhile_launches_nothing(
     """The same race, through the whole begin: try 2 found no commit, then, while it settled attempt 1,
     try 1's trigger committed its pass. Try 2 returns that result instead of claiming attempt 2."""
     task = _task(week, "prepare", Role.REGULAR, 0)
-    ti1, attempt1 = begin(task, 1)
-    write_outputs(attempt1)
-    plan = plan_of(task, ti1, attempt1)
-    listed = task.ledger.attempts
-    raced: list[Any] = []
-
-    def list_then_the_trigger_commits(case_id: str, phase: str) -> list[AttemptRecord]:
-        found = listed(case_id, phase)
-        if not raced:
-            raced.append(commit_passed(plan, PASSED))
-        return found
-
-    monkeypatch.setattr(task.ledger, "attempts", list_then_the_trigger_commits)
+    raced = _trigger_commits_after_the_next_list(task, monkeypatch)
     ti2 = TaskInstance(task.task_id, try_number=2, max_tries=task.retries)
     assert task.begin_attempt({"ti": ti2}) == raced[0]
     assert task.ledger.current_attempt(week[1]["case_id"], "prepare") == 1  # no attempt 2 claimed
