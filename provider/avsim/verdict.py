@@ -19,7 +19,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from avsim.phases.contract import ENDED, FAILURE_ORDER, NOT_RUN, RESULTS, Outcome, values
+from avsim.phases.contract import (
+    CASE_PRECEDENCE,
+    ENDED,
+    FAILURE_ORDER,
+    PHASES_GIVING,
+    RESULTS,
+    Outcome,
+    values,
+)
 
 #: Case outcomes that need an engineer, most specific first (the order lines list them in).
 NEEDS_ATTENTION = values(tuple(o for o in FAILURE_ORDER if o not in RESULTS))
@@ -39,11 +47,9 @@ def needs_attention(case_outcome: str) -> bool:
 def failing_phase(case: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """The phase that gave a failed case its outcome: the first one in phase order with that outcome."""
     phases: Mapping[str, Any] = case.get("phases") or {}
-    outcome = case.get("outcome")
-    if outcome == Outcome.INFRA_FAILED.value:
-        wanted: tuple[str, ...] = (Outcome.INFRA_FAILED.value, NOT_RUN, Outcome.UPSTREAM_FAILED.value)
-    else:
-        wanted = (str(outcome),)
+    outcome = str(case.get("outcome"))
+    known = {o.value: o for o in CASE_PRECEDENCE}
+    wanted = PHASES_GIVING[known[outcome]] if outcome in known else (outcome,)
     for target in wanted:  # an infra failure beats the not-run phases it caused
         for name, entry in phases.items():
             if isinstance(entry, Mapping) and entry.get("outcome") == target:

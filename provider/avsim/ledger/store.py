@@ -37,7 +37,7 @@ from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
 from avsim.errors import AvsimError
 from avsim.ledger.documents import DocumentStore
 from avsim.ledger.records import AttemptRecord, OutcomeRecord, Standing, standing
-from avsim.phases.contract import Outcome
+from avsim.phases.contract import Outcome, case_class
 from avsim.storage import local_path
 
 log = logging.getLogger(__name__)
@@ -342,21 +342,8 @@ def _replace(rec: AttemptRecord, **changes: Any) -> AttemptRecord:
 
 
 def case_outcome(phase_outcomes: Iterable[str]) -> str:
-    """The case-level outcome from its phases' outcomes.
-
-    A case failed for the most specific reason one of its phases gives: bad input, then a bad build,
-    then an exhausted preemption budget, then any other infrastructure failure (which includes a phase
-    that never ran); otherwise a failed scenario, otherwise passed.
-    """
-    seen = set(phase_outcomes)
-    for specific in (Outcome.BAD_INPUT, Outcome.BAD_BUILD, Outcome.PREEMPTED):
-        if specific.value in seen:
-            return specific.value
-    if seen - {Outcome.PASSED.value, Outcome.SCENARIO_FAILED.value}:
-        return Outcome.INFRA_FAILED.value  # infra_failed, not run or upstream failed
-    if Outcome.SCENARIO_FAILED.value in seen:
-        return Outcome.SCENARIO_FAILED.value
-    return Outcome.PASSED.value
+    """The case-level outcome from its phases' outcomes: :func:`avsim.phases.contract.case_class`."""
+    return case_class(phase_outcomes).value
 
 
 def summarize_shard(ledger: Ledger, shard: int, cases: list[dict[str, Any]]) -> dict[str, Any]:
@@ -403,7 +390,7 @@ def summarize_shard(ledger: Ledger, shard: int, cases: list[dict[str, Any]]) -> 
             {
                 "case_id": cid,
                 "graph": case.get("graph", ""),
-                "outcome": case_outcome(e["outcome"] for e in phases.values()),
+                "outcome": case_class(e["outcome"] for e in phases.values()).value,
                 "phases": phases,
             }
         )

@@ -10,7 +10,7 @@ same classes (see :class:`Outcome`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -127,8 +127,47 @@ ENDED: tuple[Outcome, ...] = (
 )
 #: The regression run's results: classes that never need an engineer.
 RESULTS: frozenset[Outcome] = frozenset(o for o in ENDED if o.produced_output)
-#: Failures in the order lists give them (and the class a case takes when its phases failed in
-#: several ways): what needs an engineer first, a failed scenario last.
+#: A phase of a case that never ran because the case stopped before it (not an attempt's class).
+NOT_RUN = "not_run"
+#: The one precedence of case classes: a case takes the first class in this list that one of its
+#: phases gives (:func:`case_class`), the most specific reason first: bad input, a bad build, an
+#: exhausted preemption budget, any other infrastructure failure, a failed scenario; else passed.
+#: The ledger's shard summaries, the verdict, the report and the page (whose SQL is generated from
+#: it, :mod:`avsim.ui.progress`) all class cases by it.
+CASE_PRECEDENCE: tuple[Outcome, ...] = (
+    Outcome.BAD_INPUT,
+    Outcome.BAD_BUILD,
+    Outcome.PREEMPTED,
+    Outcome.INFRA_FAILED,
+    Outcome.SCENARIO_FAILED,
+    Outcome.PASSED,
+)
+#: The phase classes that give a case each class of :data:`CASE_PRECEDENCE`, in the order the
+#: phase that gave it is looked for: a phase that never ran (not run, upstream failed) makes its
+#: case an infrastructure failure, and a failed phase beats the phases it stopped.
+PHASES_GIVING: dict[Outcome, tuple[str, ...]] = {
+    c: (c.value,) if c is not Outcome.INFRA_FAILED else (c.value, NOT_RUN, Outcome.UPSTREAM_FAILED.value)
+    for c in CASE_PRECEDENCE
+}
+
+
+def case_class(phase_outcomes: Iterable[str | Outcome]) -> Outcome:
+    """The class of a case from its phases' classes (serialized names or :class:`Outcome`).
+
+    The first class of :data:`CASE_PRECEDENCE` one of the phases gives; a phase class outside the
+    vocabulary counts as an infrastructure failure, and a case without phases passed.
+    """
+    seen = {o.value if isinstance(o, Outcome) else str(o) for o in phase_outcomes}
+    known = {p for phases in PHASES_GIVING.values() for p in phases}
+    for cls in CASE_PRECEDENCE:
+        if seen & set(PHASES_GIVING[cls]) or (cls is Outcome.INFRA_FAILED and seen - known):
+            return cls
+    return Outcome.PASSED
+
+
+#: Failures in the order lists give them (the report's failed cases, the verdict's counts, the page's
+#: failed phases): what needs an engineer first (a bad build stops the week), a failed scenario last.
+#: A listing order only: the class a case takes is :func:`case_class`'s.
 FAILURE_ORDER: tuple[Outcome, ...] = (
     Outcome.BAD_BUILD,
     Outcome.BAD_INPUT,
@@ -136,8 +175,6 @@ FAILURE_ORDER: tuple[Outcome, ...] = (
     Outcome.PREEMPTED,
     Outcome.SCENARIO_FAILED,
 )
-#: A phase of a case that never ran because the case stopped before it (not an attempt's class).
-NOT_RUN = "not_run"
 
 
 def values(outcomes: tuple[Outcome, ...] | frozenset[Outcome]) -> tuple[str, ...]:

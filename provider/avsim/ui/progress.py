@@ -31,50 +31,49 @@ from sqlalchemy.orm import Session
 
 from avsim import airflow_internals
 from avsim.contracts import OUTCOME_XCOM_KEY
-from avsim.phases.contract import NOT_RUN, Outcome
+from avsim.phases.contract import CASE_PRECEDENCE, NOT_RUN, PHASES_GIVING, RESULTS, Outcome, values
+from avsim.phases.contract import FAILURE_ORDER as FAILURE_ORDER_OF_CONTRACT
 
 #: Task-instance states after which a phase will not run again unless cleared.
 TERMINAL = ("success", "failed", "upstream_failed", "skipped", "removed")
 #: States of a phase that is being worked on.
 ACTIVE = ("running", "queued", "up_for_retry", "up_for_reschedule", "deferred", "restarting")
-#: Case classes, most specific first (as :func:`avsim.ledger.store.case_outcome` ranks them);
-#: ``failed`` is a failed phase whose class was not recorded.
-_O = Outcome
 #: A failed phase task that published no outcome (its worker died before it could).
 FAILED = "failed"
-CASE_CLASSES = tuple(
-    c.value if isinstance(c, Outcome) else c
-    for c in (
-        _O.BAD_INPUT,
-        _O.BAD_BUILD,
-        _O.PREEMPTED,
-        FAILED,
-        _O.INFRA_FAILED,
-        _O.SCENARIO_FAILED,
-        _O.PASSED,
+#: How a case takes its class on this page, generated from the one precedence
+#: (:data:`avsim.phases.contract.CASE_PRECEDENCE`): (case class, the phase classes that give it),
+#: most specific first. Two page-only phase classes join it: ``failed`` (a failed phase whose class
+#: was not recorded) ranks just above an infrastructure failure, and a phase whose tasks were all
+#: skipped did not run, which makes its case an infrastructure failure.
+CASE_RULES: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+    rule
+    for cls in CASE_PRECEDENCE
+    for rule in (
+        ((FAILED, (FAILED,)), (cls.value, (*PHASES_GIVING[cls], "skipped")))
+        if cls is Outcome.INFRA_FAILED
+        else ((cls.value, PHASES_GIVING[cls]),)
     )
 )
-#: Phase classes that make a case fail for infrastructure when no more specific class applies.
-_BLOCKED = (_O.INFRA_FAILED.value, _O.UPSTREAM_FAILED.value, NOT_RUN)
-#: Order of listed failures: what needs an engineer first.
+#: Case classes, most specific first; ``failed`` is a failed phase whose class was not recorded.
+CASE_CLASSES = tuple(cls for cls, _phases in CASE_RULES)
+#: Order of listed failures: what needs an engineer first (:data:`avsim.phases.contract.FAILURE_ORDER`,
+#: with an unrecorded failure just above an infrastructure failure).
 FAILURE_ORDER = tuple(
-    c.value if isinstance(c, Outcome) else c
-    for c in (_O.BAD_BUILD, _O.BAD_INPUT, FAILED, _O.INFRA_FAILED, _O.PREEMPTED, _O.SCENARIO_FAILED)
+    c
+    for o in FAILURE_ORDER_OF_CONTRACT
+    for c in ((FAILED, o.value) if o is Outcome.INFRA_FAILED else (o.value,))
 )
 #: XCom key of the outcome a phase attempt ended with (pushed by the phase operator).
 OUTCOME_XCOM = OUTCOME_XCOM_KEY
 #: A task's class -> rank; a phase of a case takes the class of highest rank among its tasks
-#: (a result beats work in progress, which beats a failure, which beats a skipped task).
+#: (a result beats work in progress, which beats a failure, which beats a skipped task); failures
+#: rank among themselves as cases do.
 RANK = {
-    _O.SCENARIO_FAILED.value: 91,
-    _O.PASSED.value: 90,
+    Outcome.SCENARIO_FAILED.value: 91,
+    Outcome.PASSED.value: 90,
     "running": 80,
-    _O.BAD_INPUT.value: 76,
-    _O.BAD_BUILD.value: 75,
-    _O.PREEMPTED.value: 74,
-    FAILED: 73,
-    _O.INFRA_FAILED.value: 72,
-    _O.UPSTREAM_FAILED.value: 60,
+    **{c: 76 - i for i, c in enumerate(c for c in CASE_CLASSES if c not in values(RESULTS))},
+    Outcome.UPSTREAM_FAILED.value: 60,
     "waiting": 50,
     NOT_RUN: 30,
     "skipped": 20,
@@ -298,10 +297,12 @@ def compute_digests(
                 else_=literal("waiting"),
             ).label("status"),
             case(
-                *((_flag(r == RANK[c]) == 1, literal(c)) for c in CASE_CLASSES[:4]),
-                (_flag(_rank_in(r, (*_BLOCKED, "skipped"))) == 1, literal("infra_failed")),
-                (_flag(r == RANK["scenario_failed"]) == 1, literal("scenario_failed")),
-                else_=literal("passed"),
+                *(
+                    (_flag(_rank_in(r, phases)) == 1, literal(cls))
+                    for cls, phases in CASE_RULES
+                    if cls != Outcome.PASSED.value
+                ),
+                else_=literal(Outcome.PASSED.value),
             ).label("cls"),
         )
         .group_by(per_phase.c.run_id, per_phase.c.family, per_phase.c.map_index)
