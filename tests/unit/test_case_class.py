@@ -34,6 +34,7 @@ from avsim.phases.contract import (
     NOT_RUN,
     PHASES_GIVING,
     RESULTS,
+    Detail,
     Outcome,
     case_class,
     values,
@@ -223,3 +224,58 @@ def test_ledger_verdict_report_and_page_class_every_case_alike(engine: Any, case
 
     # The page: its SQL, on the task instances and XComs of the same phases.
     assert _page_classes(engine, cases) == expected
+
+
+def _pod(phase: str, *, reason: str = "", **state: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "avsim-c1-simulate-a1-0123456789"},
+        "status": {
+            "phase": phase,
+            "reason": reason,
+            "message": "msg",
+            "conditions": [],
+            "containerStatuses": [{"name": "base", "image": "reg/sim@sha256:" + "0" * 64, "state": state}],
+        },
+    }
+
+
+def test_failure_details_are_one_vocabulary() -> None:
+    """A detail is a :class:`Detail`, where the failure policy reads it and where the Kubernetes
+    backend gives it: a detail spelled differently in one place (which made the policy fall back to
+    the outcome's generic kind without a word) no longer exists as a plain string."""
+    from avsim.kube.pods import classify_pod
+    from avsim.operators.kubernetes import FORCE_DELETE_DETAILS
+    from avsim.phases.policy import _BY_DETAIL, Failure, failure_for
+
+    assert all(isinstance(detail, Detail) for _outcome, detail in _BY_DETAIL)
+    assert all(isinstance(detail, Detail) for detail in FORCE_DELETE_DETAILS)
+    endings = [
+        classify_pod(
+            _pod("Failed", exitCode=1, terminated={"exitCode": 1, "reason": "Error"}), node_class="cpu"
+        ),
+        classify_pod(_pod("Failed", terminated={"exitCode": 137, "reason": "OOMKilled"}), node_class="cpu"),
+        classify_pod(
+            _pod("Failed", reason="DeadlineExceeded", terminated={"exitCode": 137}), node_class="cpu"
+        ),
+        classify_pod(_pod("Failed", reason="Evicted", terminated={"exitCode": 137}), node_class="gpu-spot"),
+        classify_pod(_pod("Failed", terminated={"exitCode": 143}), node_class="gpu-spot"),
+        classify_pod(_pod("Pending", waiting={"reason": "ErrImagePull"}), node_class="cpu"),
+        classify_pod(None, node_class="gpu-spot"),
+        classify_pod(_pod("Running", running={}), node_class="cpu", lease_expired=True, lease_seconds=60),
+    ]
+    details = [r.detail for r in endings if r is not None]
+    assert details == [
+        "crash",
+        "oom",
+        "timeout",
+        "evicted",
+        "terminated",
+        "image_pull",
+        "vanished",
+        "lease_expired",
+    ]
+    assert all(isinstance(d, Detail) for d in details), details
+    # Serialized as its value, and the policy reads a detail read back from a record as the member.
+    assert str(Detail.OOM) == "oom" and f"{Detail.NODE_LOST}" == "node_lost"
+    assert failure_for(Outcome.INFRA_FAILED, "oom") is Failure.OUT_OF_MEMORY
+    assert failure_for(Outcome.PREEMPTED, Detail.EVICTED) is Failure.EVICTED

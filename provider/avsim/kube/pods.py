@@ -36,7 +36,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from avsim.phases.contract import NODE_SPOT, AttemptResult, Outcome, classify_exit_code
+from avsim.phases.contract import NODE_SPOT, AttemptResult, Detail, Outcome, classify_exit_code
 from avsim.phases.heartbeat import lease_age
 
 #: Labels every avsim phase pod carries; the triggerer's shared watch selects on ``MANAGED``.
@@ -236,7 +236,7 @@ def classify_pod(
             lost_node_class(node_class),
             None,
             "the pod disappeared from the API before it ended (its node was lost or reclaimed)",
-            "vanished",
+            Detail.VANISHED,
         )
     name = str(_get(pod, "metadata", "name") or "")
     status = base_container_status(pod, container)
@@ -245,7 +245,7 @@ def classify_pod(
             Outcome.INFRA_FAILED,
             None,
             f"no heartbeat renewal for more than {lease_seconds:g}s: the phase hung; its pod was deleted",
-            "lease_expired",
+            Detail.LEASE_EXPIRED,
             name,
         )
     waiting = _get(status, "state", "waiting") or {}
@@ -255,7 +255,7 @@ def classify_pod(
             Outcome.BAD_BUILD,
             None,
             f"{waiting.get('reason')}: {waiting.get('message') or 'the image cannot be pulled'} ({image})",
-            "image_pull",
+            Detail.IMAGE_PULL,
             name,
         )
     phase = _get(pod, "status", "phase")
@@ -271,19 +271,19 @@ def classify_pod(
         ),
         None,
     )
-    terminated = _get(status, "state", "terminated") or {}
+    terminated = _get(status, "state", Detail.TERMINATED) or {}
     ended = phase in ("Succeeded", "Failed") or bool(terminated)
     if not ended and now is not None:
         lost = node_lost_reason(pod, now)
         if lost:
-            return AttemptResult(lost_node_class(node_class), None, lost, "node_lost", name)
+            return AttemptResult(lost_node_class(node_class), None, lost, Detail.NODE_LOST, name)
     if disruption is not None or pod_reason in DISRUPTION_REASONS:
         if not ended and disruption is not None:
             return None  # being drained: wait for it to stop, then it is a preemption
         why = (disruption or {}).get("reason") or pod_reason
         text = (disruption or {}).get("message") or message or why
         evicted = pod_reason == "Evicted" or why in ("EvictionByEvictionAPI", "PreemptionByScheduler")
-        detail = "evicted" if evicted else "node_shutdown"
+        detail: str = Detail.EVICTED if evicted else Detail.NODE_SHUTDOWN
         return AttemptResult(Outcome.PREEMPTED, _exit_code(terminated), f"{why}: {text}", detail, name)
     if not ended:
         return None
@@ -292,12 +292,12 @@ def classify_pod(
             Outcome.INFRA_FAILED,
             _exit_code(terminated),
             "the container was OOM-killed: raise the phase's memory",
-            "oom",
+            Detail.OOM,
             name,
         )
     if pod_reason == "DeadlineExceeded":
         return AttemptResult(
-            Outcome.INFRA_FAILED, _exit_code(terminated), f"timed out: {message}", "timeout", name
+            Outcome.INFRA_FAILED, _exit_code(terminated), f"timed out: {message}", Detail.TIMEOUT, name
         )
     if phase == "Succeeded" and not terminated:
         return AttemptResult(Outcome.PASSED, 0, "", "", name)
@@ -307,11 +307,11 @@ def classify_pod(
             Outcome.INFRA_FAILED,
             None,
             f"the pod failed without an exit code: {pod_reason} {message}".strip(),
-            "crash",
+            Detail.CRASH,
             name,
         )
     outcome = classify_exit_code(code)
-    detail = {Outcome.INFRA_FAILED: "crash", Outcome.PREEMPTED: "terminated"}.get(outcome, "")
+    detail = {Outcome.INFRA_FAILED: Detail.CRASH, Outcome.PREEMPTED: Detail.TERMINATED}.get(outcome) or ""
     reason = str(terminated.get("message") or terminated.get("reason") or "") if code else ""
     return AttemptResult(outcome, code, reason, detail, name)
 

@@ -41,7 +41,7 @@ from avsim.airflow_internals import pod_config_dict, pod_mutation_hook
 from avsim.attempt import PhaseAttempt
 from avsim.kube import pod_spec, pods
 from avsim.operators.lifecycle import PhaseLifecycle
-from avsim.phases.contract import AttemptResult, Outcome
+from avsim.phases.contract import AttemptResult, Detail, Outcome
 from avsim.phases.policy import Role
 from avsim.settings import KubernetesSettings
 from avsim.ui.links import PHASE_LINKS
@@ -52,7 +52,7 @@ LOG_TAIL_LINES = 20
 #: the attempt with its pod's details; Airflow's timeout is the backstop for a triggerer that cannot.
 DEFERRAL_MARGIN_SECONDS = 300.0
 #: Attempts whose pod is force-deleted (grace 0): a hung phase, or a pod on a node that is gone.
-FORCE_DELETE_DETAILS = frozenset({"lease_expired", "node_lost", "timeout"})
+FORCE_DELETE_DETAILS = frozenset({Detail.LEASE_EXPIRED, Detail.NODE_LOST, Detail.TIMEOUT})
 #: How long :meth:`KubernetesPhaseOperator.on_kill` waits for its deletion of the pod and Lease.
 ON_KILL_WAIT_SECONDS = 5.0
 
@@ -392,7 +392,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
             None,
             f"the wait for pod {name} timed out after {limit:g}s (Airflow's deferral timeout): "
             "the triggerer never reported its end",
-            "timeout",
+            Detail.TIMEOUT,
             name,
         )
         return self._result(context, self._conclude(context, attempt, result, namespace, name, started))
@@ -457,7 +457,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         name: str,
         started: dt.datetime,
     ) -> dict[str, Any]:
-        if result.detail != "vanished" and not result.outcome.produced_output:
+        if result.detail != Detail.VANISHED and not result.outcome.produced_output:
             tail = self._log_tail(namespace, name)
             if tail:
                 self.log.info("last lines of pod %s:\n%s", name, tail)
@@ -568,7 +568,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                 except ApiException:
                     continue
                 lost = pods.classify_pod(remote, node_class=self.node_class, now=time.time())
-                if lost is not None and lost.detail == "node_lost":
+                if lost is not None and lost.detail == Detail.NODE_LOST:
                     end(ns, name, lost)
                     return
                 if not attempt.runtime.lease_seconds or not pods.is_running(remote):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
+from enum import Enum, StrEnum
 
 #: Exit codes. Anything not listed here is an infrastructure failure.
 EXIT_PASSED = 0
@@ -203,6 +203,35 @@ NODE_ON_DEMAND = "gpu-on-demand"
 NODE_CPU = "cpu"
 
 
+class Detail(StrEnum):
+    """What the platform did to an attempt, in a word: refines its :class:`Outcome` (the failure
+    policy picks an exception kind by it, :func:`avsim.phases.policy.failure_for`). Serialized as
+    its value; an attempt with nothing to add has the empty detail."""
+
+    CRASH = "crash"
+    OOM = "oom"
+    TIMEOUT = "timeout"
+    #: The pod did not start in time (the trigger's startup timeout).
+    STARTUP_TIMEOUT = "startup_timeout"
+    TERMINATED = "terminated"
+    EVICTED = "evicted"
+    NODE_SHUTDOWN = "node_shutdown"
+    #: The pod's node stopped reporting (a lost node).
+    NODE_LOST = "node_lost"
+    #: The pod disappeared from the API before it ended.
+    VANISHED = "vanished"
+    LEASE_EXPIRED = "lease_expired"
+    IMAGE_PULL = "image_pull"
+    BREAKER_OPEN = "breaker_open"
+    #: No report from a lost worker, recorded by the next try.
+    ABANDONED = "abandoned"
+    #: The phase saw its worker die.
+    WORKER_LOST = "worker_lost"
+    REUSED = "reused"
+    #: A result whose declared outputs are missing (:func:`classify_outputs`).
+    MISSING_OUTPUT = "missing_output"
+
+
 @dataclass(frozen=True)
 class AttemptResult:
     """How an attempt ended, as the backend saw it."""
@@ -210,10 +239,7 @@ class AttemptResult:
     outcome: Outcome
     exit_code: int | None = None
     reason: str = ""
-    #: What the platform did, in a word: crash, oom, timeout, terminated, evicted, node_shutdown,
-    #: vanished, lease_expired, image_pull, breaker_open, abandoned (no report from a lost
-    #: worker, recorded by the next try), worker_lost (the phase saw its worker die), reused,
-    #: missing_output (:data:`MISSING_OUTPUT`).
+    #: What the platform did, in a word (a :class:`Detail`; empty when there is nothing to add).
     detail: str = ""
     #: The pod or process that ran it.
     runner: str = ""
@@ -221,7 +247,7 @@ class AttemptResult:
 
 #: The detail of a result (exit 0 or 3) whose declared outputs are not in the artifact store: an
 #: infrastructure failure (see :func:`classify_outputs`).
-MISSING_OUTPUT = "missing_output"
+MISSING_OUTPUT = Detail.MISSING_OUTPUT
 
 
 def declared_outputs(result_doc: object) -> tuple[str, ...]:

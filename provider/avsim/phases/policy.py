@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, Outcome
+from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, Detail, Outcome
 
 __all__ = [
     "Action",
@@ -191,15 +191,15 @@ def node_class_for(gpus: int, role: Role) -> str:
 
 #: (outcome, detail) -> the exception kind; an outcome's own kind when its detail is not listed.
 _BY_DETAIL: dict[tuple[Outcome, str], Failure] = {
-    (Outcome.BAD_BUILD, "image_pull"): Failure.IMAGE_PULL,
-    (Outcome.BAD_BUILD, "breaker_open"): Failure.BREAKER_OPEN,
-    (Outcome.INFRA_FAILED, "oom"): Failure.OUT_OF_MEMORY,
-    (Outcome.INFRA_FAILED, "lease_expired"): Failure.LEASE_EXPIRED,
-    (Outcome.INFRA_FAILED, "vanished"): Failure.POD_LOST,
-    (Outcome.INFRA_FAILED, "node_lost"): Failure.POD_LOST,
-    (Outcome.PREEMPTED, "evicted"): Failure.EVICTED,
-    (Outcome.PREEMPTED, "vanished"): Failure.NODE_RECLAIMED,
-    (Outcome.PREEMPTED, "node_lost"): Failure.NODE_RECLAIMED,
+    (Outcome.BAD_BUILD, Detail.IMAGE_PULL): Failure.IMAGE_PULL,
+    (Outcome.BAD_BUILD, Detail.BREAKER_OPEN): Failure.BREAKER_OPEN,
+    (Outcome.INFRA_FAILED, Detail.OOM): Failure.OUT_OF_MEMORY,
+    (Outcome.INFRA_FAILED, Detail.LEASE_EXPIRED): Failure.LEASE_EXPIRED,
+    (Outcome.INFRA_FAILED, Detail.VANISHED): Failure.POD_LOST,
+    (Outcome.INFRA_FAILED, Detail.NODE_LOST): Failure.POD_LOST,
+    (Outcome.PREEMPTED, Detail.EVICTED): Failure.EVICTED,
+    (Outcome.PREEMPTED, Detail.VANISHED): Failure.NODE_RECLAIMED,
+    (Outcome.PREEMPTED, Detail.NODE_LOST): Failure.NODE_RECLAIMED,
 }
 _BY_OUTCOME: dict[Outcome, Failure] = {
     Outcome.BAD_INPUT: Failure.BAD_INPUT,
