@@ -181,6 +181,23 @@ def ledger_of(run: dict[str, Any]) -> Any:
     return Ledger(RunDescriptor.model_validate(run).layout)
 
 
+def next_try_settles_the_killed_attempt(
+    kube: FakeKubeAPI, run: dict[str, Any], case: dict[str, Any], ledger: Any
+) -> Any:
+    """Start the phase's try 2 (the try a clear starts) and check it recorded the killed attempt 1 as
+    lost (infra_failed/abandoned) and runs attempt 2 in a pod of its own, the only one. Returns it."""
+    retry = start_phase(run, case, try_number=2)
+    first, second = ledger.attempts(case["case_id"], "prepare")
+    assert (first.state, first.outcome.value if first.outcome else None, first.detail) == (
+        "ended",
+        "infra_failed",
+        "abandoned",
+    )
+    assert (second.attempt, second.state, retry.attempt) == (2, "started", 2)
+    assert names(kube, "pods") == {retry.pod_name}
+    return retry
+
+
 def names(kube: FakeKubeAPI, kind: str) -> set[str]:
     found = kube.pods(NAMESPACE) if kind == "pods" else kube.leases(NAMESPACE)
     return {o["metadata"]["name"] for o in found}
@@ -256,15 +273,7 @@ def test_a_users_kill_deletes_the_pod_and_its_lease_and_commits_nothing(
     assert (attempt.attempt, attempt.state, attempt.outcome) == (1, "started", None)
 
     # A clear's next try: the killed attempt is settled as lost, a new attempt gets its own pod.
-    retry = start_phase(run, case, try_number=2)
-    first, second = ledger.attempts(case["case_id"], "prepare")
-    assert (first.state, first.outcome.value if first.outcome else None, first.detail) == (
-        "ended",
-        "infra_failed",
-        "abandoned",
-    )
-    assert (second.attempt, second.state, retry.attempt) == (2, "started", 2)
-    assert names(kube, "pods") == {retry.pod_name}
+    next_try_settles_the_killed_attempt(kube, run, case, ledger)
 
 
 def test_a_trigger_handed_to_another_triggerer_leaves_the_pod_running(

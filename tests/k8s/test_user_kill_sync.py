@@ -30,9 +30,9 @@ from tests.k8s.test_user_kill import (
     PhaseTI,
     ledger_of,
     names,
+    next_try_settles_the_killed_attempt,
     prepared_week,
     running,
-    start_phase,
 )
 from tests.support.kube_api import FakeKubeAPI
 from tests.support.kube_api.phases import phase_kube_api
@@ -121,15 +121,8 @@ def test_a_users_kill_of_a_sync_phase_deletes_its_pod_and_lease_and_records_noth
     assert (attempt.attempt, attempt.state, attempt.outcome) == (1, "started", None), attempt
 
     # The try a clear starts: the killed attempt is settled as lost, a new attempt gets its own pod.
-    retry = start_phase(run, case, try_number=2)
-    first, second = ledger.attempts(case["case_id"], "prepare")
-    assert (first.state, first.outcome.value if first.outcome else None, first.detail) == (
-        "ended",
-        "infra_failed",
-        "abandoned",
-    )
-    assert (second.attempt, second.state, retry.attempt) == (2, "started", 2)
-    assert names(kube, "pods") == {retry.pod_name} and retry.pod_name != pod
+    retry = next_try_settles_the_killed_attempt(kube, run, case, ledger)
+    assert retry.pod_name != pod
 
 
 def test_a_kill_before_the_pod_is_created_launches_nothing(kube: FakeKubeAPI, tmp_path: Path) -> None:
