@@ -53,7 +53,7 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             }
         ],
-        "extra-links": ["avsim.ui.links.AvsimArtifactsLink"],
+        "extra-links": ["avsim.links.AvsimArtifactsLink"],
         "integrations": [
             {
                 "integration-name": "avsim",

@@ -13,8 +13,8 @@ from airflow.plugins_manager import AirflowPlugin
 
 from avsim.dagbuild import preload
 from avsim.deadline.reference import AvsimRunDeadline
+from avsim.links import AvsimArtifactsLink
 from avsim.priority import STRATEGIES
-from avsim.ui.links import AvsimArtifactsLink
 
 
 class _FastAPIApps:

@@ -1,16 +1,20 @@
-"""The packages of avsim form layers: no import cycle between them, and no private name crosses one.
+"""The packages of avsim form the layers docs/design.md declares: no import reaches a higher layer,
+no import cycle between them, and no private name crosses one.
 
 The graph is read from the source (an AST walk, nothing is imported): a node is a subpackage
 (``avsim.manifest``) or a top-level module (``avsim.settings``) of ``provider/avsim``, and an edge is
 any ``import``/``from ... import`` of another node anywhere in a file, inside functions too (a
 deferred import is still a dependency), except under ``if TYPE_CHECKING:`` (annotations only).
-The order the graph gives is written down in docs/design.md ("Layers").
+The order is read from docs/design.md ("**Layers.**"): its numbered list, bottom first, names each
+node once in backticks (names inside parentheses are commentary); "then" orders the nodes of one
+layer. Every node of the tree must be in the list, and every name of the list in the tree.
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +22,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "provider" / "avsim"
+DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,60 @@ def cycles(found: list[Import]) -> list[Cycle]:
     return out
 
 
+Rank = tuple[int, int]  # (layer, step of the layer's "then" order); a node may import ranks <= its own
+
+
+def declared_layers(text: str) -> dict[str, Rank]:
+    """Node -> rank, from the numbered list after ``**Layers.**`` in ``text`` (docs/design.md)."""
+    start = text.index("**Layers.**")
+    end = text.find("\n## ", start)
+    block = text[start : end if end >= 0 else len(text)]
+    items = re.findall(r"^(\d+)\.\s(.*?)(?=^\d+\.\s|^\S|\Z)", block, re.S | re.M)
+    assert items, "no numbered list after **Layers.**"
+    ranks: dict[str, Rank] = {}
+    for number, body in items:
+        depth, kept = 0, []
+        for ch in body:  # what is inside parentheses is commentary
+            depth += (ch == "(") - (ch == ")")
+            if depth == 0 and ch != ")":
+                kept.append(ch)
+        step = 0
+        for m in re.finditer(r"`([A-Za-z_]\w*)`|\bthen\b", "".join(kept)):
+            if m.group(1) is None:
+                step += 1
+            else:
+                assert m.group(1) not in ranks, f"{m.group(1)} is listed twice"
+                ranks[m.group(1)] = (int(number), step)
+    return ranks
+
+
+def tree_nodes(root: Path = PACKAGE) -> set[str]:
+    """Every top-level module and subpackage (namespace packages too) of the package ``root``; the
+    package itself is none (its ``__init__`` is empty: importing ``avsim`` alone takes no layer)."""
+    modules = {p.stem for p in root.glob("*.py") if p.name != "__init__.py"}
+    return modules | {p.name for p in root.iterdir() if p.is_dir() and any(p.rglob("*.py"))}
+
+
+def _rank_text(node: str, rank: Rank) -> str:
+    return f"{node} (layer {rank[0]}{f', then-step {rank[1]}' if rank[1] else ''})"
+
+
+def upward(found: list[Import], ranks: dict[str, Rank], package: str = PACKAGE.name) -> list[str]:
+    """Every import of a node ranked above the importer, and every import by or of an unlisted node.
+    The package itself ranks below every layer: ``import avsim`` takes nothing, and its ``__init__``
+    may import nothing of avsim."""
+    ranks = {package: (0, 0), **ranks}
+    out = []
+    for imp in found:
+        unlisted = [n for n in (imp.source, imp.target) if n not in ranks]
+        if unlisted:
+            out.append(f"{imp}  ({', '.join(unlisted)} not in the layer list)")
+        elif ranks[imp.target] > ranks[imp.source]:
+            src, dst = _rank_text(imp.source, ranks[imp.source]), _rank_text(imp.target, ranks[imp.target])
+            out.append(f"{imp}  ({src} imports {dst})")
+    return out
+
+
 # ------------------------------------------------------------------------------------------ avsim
 
 
@@ -196,6 +255,28 @@ def test_the_graph_sees_avsims_real_dependencies() -> None:
     assert ("cli", "devstack") in edges  # deferred: inside the demo command
     assert ("manifest", "phases") in edges  # deferred: inside a validator
     assert not {e for e in edges if e[1] == "devstack" and e[0] != "cli"}, "only the demo command"
+
+
+def test_every_node_is_in_the_declared_layers_and_every_listed_name_exists() -> None:
+    ranks, nodes = declared_layers(DESIGN.read_text(encoding="utf-8")), tree_nodes()
+    missing, gone = sorted(nodes - ranks.keys()), sorted(ranks.keys() - nodes)
+    assert not missing, f"add to docs/design.md's layer list: {missing}"
+    assert not gone, f"listed in docs/design.md's layers but not in provider/avsim: {gone}"
+
+
+def test_no_import_reaches_a_higher_layer() -> None:
+    found = upward(imports(), declared_layers(DESIGN.read_text(encoding="utf-8")))
+    assert not found, "imports against docs/design.md's layer order:\n" + "\n".join(found)
+
+
+def test_the_declared_order_is_read_as_written() -> None:
+    """The parse is not vacuous: the design's list gives the ranks its text says."""
+    ranks = declared_layers(DESIGN.read_text(encoding="utf-8"))
+    assert ranks["errors"] == ranks["hooks"] == (1, 0)
+    assert ranks["ui"][0] == 4 and ranks["links"][0] < 4  # the operators' link is below the pages
+    assert ranks["operators"] < ranks["sensors"] < ranks["dagbuild"] < ranks["plugin"]
+    assert ranks["sensors"][0] == 5 and ranks["cli"][0] == ranks["devstack"][0] == 6
+    assert "source" not in ranks and "manifest.source" not in ranks  # commentary in parentheses
 
 
 # ------------------------------------------------------------------------------------------ the walk
@@ -264,3 +345,44 @@ def test_both_spellings_of_the_type_checking_guard(tmp_path: Path, guard: str) -
         tmp_path, {"a.py": f"import typing\nif {guard}:\n    import pkg.b\n", "b.py": "import pkg.a\n"}
     )
     assert cycles(imports(root)) == []
+
+
+LAYERS = """**Layers.** From the bottom:
+
+1. `low` (imports nothing; not `high`), `twin`;
+2. `high`, then `later`
+   (a name in parentheses is no node: `low`).
+
+## Next
+1. `elsewhere`
+"""
+
+
+def test_the_layer_list_is_parsed_with_its_then_order() -> None:
+    assert declared_layers(LAYERS) == {"low": (1, 0), "twin": (1, 0), "high": (2, 0), "later": (2, 1)}
+
+
+def test_an_upward_import_is_named_with_its_line(tmp_path: Path) -> None:
+    files = {
+        "low.py": "import json\n\ndef f():\n    from pkg.high import thing\n",  # deferred: still an edge
+        "twin.py": "import pkg\nfrom pkg import low\n",  # the package itself, the same layer: allowed
+        "high.py": "from pkg.low import f\nfrom pkg.later import g\n",  # a later step of its layer
+        "later.py": "import pkg.high\nimport pkg.twin\n",  # an earlier step, a lower layer: allowed
+    }
+    root = _package(tmp_path, files)
+    assert tree_nodes(root) == {"low", "twin", "high", "later"}
+    assert upward(imports(root), declared_layers(LAYERS), "pkg") == [
+        "pkg/high.py:2: from pkg.later import g  (high (layer 2) imports later (layer 2, then-step 1))",
+        "pkg/low.py:4: from pkg.high import thing  (low (layer 1) imports high (layer 2))",
+    ]
+    (root / "__init__.py").write_text("from pkg import twin\n", encoding="utf-8")  # the package's own init
+    assert upward(imports(root), declared_layers(LAYERS), "pkg")[0] == (
+        "pkg/__init__.py:1: from pkg import twin  (pkg (layer 0) imports twin (layer 1))"
+    )
+    (root / "__init__.py").write_text("", encoding="utf-8")
+    (root / "extra").mkdir()
+    (root / "extra" / "__init__.py").write_text("from pkg import low\n", encoding="utf-8")
+    assert tree_nodes(root) - declared_layers(LAYERS).keys() == {"extra"}
+    assert upward(imports(root), declared_layers(LAYERS), "pkg")[0] == (
+        "pkg/extra/__init__.py:1: from pkg import low  (extra not in the layer list)"
+    )

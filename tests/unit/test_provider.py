@@ -94,10 +94,12 @@ def test_provider_info_lists_every_operator_sensor_trigger_hook_and_link_present
     assert listed == found
     assert set(info["extra-links"]) == links
     # The walk found what this provider is known to have (a broken walk must not pass vacuously).
-    assert {"avsim.triggers.phase_pod", "avsim.triggers.canary", "avsim.triggers.shard_run"} <= found["triggers"]
+    assert {"avsim.triggers.phase_pod", "avsim.triggers.canary", "avsim.triggers.shard_run"} <= found[
+        "triggers"
+    ]
     assert "avsim.sensors.canary_gate" in found["sensors"]
     assert "avsim.operators.kubernetes" in found["operators"]
-    assert "avsim.ui.links.AvsimArtifactsLink" in links
+    assert "avsim.links.AvsimArtifactsLink" in links
     # Every listed module and class imports.
     from airflow.sdk.module_loading import import_string
 
@@ -117,8 +119,8 @@ def test_configuration_is_read_one_way(monkeypatch: pytest.MonkeyPatch) -> None:
     from pathlib import Path
 
     import avsim
+    from avsim.links import _base_path
     from avsim.settings import airflow_config
-    from avsim.ui.links import _base_path
 
     root = Path(avsim.__file__).resolve().parent
     reads = re.compile(r"from airflow(\.sdk)?\.configuration import|airflow(\.sdk)?\.configuration\.conf")
@@ -130,5 +132,21 @@ def test_configuration_is_read_one_way(monkeypatch: pytest.MonkeyPatch) -> None:
     assert airflow_config("avsim", "shard_size", "250") == "17"
     assert load_settings().shard_size == 17
     assert airflow_config("avsim", "no_such_option", "fallback") == "fallback"
-    # ui/links.py reads the UI's base path through it.
+    # links.py reads the UI's base path through it.
     assert _base_path() == "/team-a"
+
+
+def test_the_plugin_registers_the_phase_link_the_operators_declare() -> None:
+    """The API server knows the phases' link through the plugin; the link lives in avsim.links (below the
+    pages, docs/design.md "Layers"), and its class name is the XCom key under which every phase already
+    stored its URL, so it must not change when the module moves."""
+    from avsim.links import PHASE_LINKS, AvsimArtifactsLink
+    from avsim.operators.kubernetes import KubernetesPhaseOperator
+    from avsim.operators.phase import LocalPhaseOperator
+    from avsim.plugin import AvsimPlugin
+
+    [registered] = AvsimPlugin.operator_extra_links
+    assert type(registered) is AvsimArtifactsLink and AvsimArtifactsLink.__module__ == "avsim.links"
+    assert [link.xcom_key for link in PHASE_LINKS] == ["_link_AvsimArtifactsLink"]
+    assert {link.name for link in LocalPhaseOperator.operator_extra_links} == {registered.name}
+    assert KubernetesPhaseOperator.operator_extra_links == LocalPhaseOperator.operator_extra_links
