@@ -7,7 +7,10 @@ encoded once more than a task's (:func:`pulled_xcom`). None of these is a stable
 API, so each is reached through a function here, and :data:`RELIED_ON` lists the tables' columns
 the SQL uses. ``tests/unit/test_airflow_internals.py`` checks every one of them against the
 installed Airflow: an upgrade that moves or renames one fails that test, and this file is the one
-to change. Imports happen inside the functions (this module is imported by light modules).
+to change. ``tests/unit/test_private_members.py`` reads avsim's source and fails on a private member
+of Airflow, a provider or the Kubernetes client touched anywhere else, and on a private name touched
+here that no ``test_airflow_internals*.py`` names. Imports happen inside the functions (this module
+is imported by light modules).
 """
 
 from __future__ import annotations
