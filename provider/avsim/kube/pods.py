@@ -33,7 +33,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from avsim.phases.contract import NODE_SPOT, AttemptResult, Detail, Outcome, classify_exit_code
@@ -114,6 +114,32 @@ def phase_selector(run_key: str, case_id: str, phase: str) -> str:
             (LABEL_PHASE, label_value(phase)),
         )
     )
+
+
+def run_selector(run_key: str) -> str:
+    """Label selector of every pod of one run (every case, phase and attempt)."""
+    return f"{LABEL_MANAGED}=true,{LABEL_RUN}={label_value(run_key)}"
+
+
+def leftover_pods(
+    pods: Iterable[Mapping[str, Any]], case_ids: Iterable[str], created_before: dt.datetime
+) -> list[str]:
+    """The names of the pods, among a run's ``pods`` (as the API lists them), that a shard run left
+    behind: a pod of one of its ``case_ids`` created before ``created_before`` (when the shard's last
+    task began: every phase task of the shard had ended by then, so such a pod belongs to no running
+    try). A task marked failed or success while its trigger had not been picked up yet leaves one:
+    no trigger runs to delete it, and its pod would hold its node until ``activeDeadlineSeconds``.
+    A pod created later belongs to a try an engineer started since (a cleared phase), and is kept."""
+    wanted = {label_value(c) for c in case_ids}
+    # The API keeps whole seconds: a pod stamped in the second the shard's last task began may be newer.
+    before = created_before.timestamp() - 1.0
+    found = []
+    for pod in pods:
+        labels = _get(pod, "metadata", "labels") or {}
+        created = parse_time(_get(pod, "metadata", "creationTimestamp"))
+        if labels.get(LABEL_CASE) in wanted and created is not None and created < before:
+            found.append(str(_get(pod, "metadata", "name")))
+    return found
 
 
 def _get(d: Any, *path: str) -> Any:

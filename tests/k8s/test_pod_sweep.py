@@ -1,0 +1,96 @@
+"""A shard run's ``summarize`` deletes the phase pods its cases left behind (issue 31's leak: a task marked
+failed or success while deferred, before a triggerer took its trigger, keeps its pod until
+``activeDeadlineSeconds``), against the loopback Kubernetes API through the real ``kubernetes`` client and
+the provider's ``KubernetesHook``. Mocked: nothing (the pods are real processes of the API's kubelet)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+from tests.k8s.test_kube_api import SLEEP, pod_body
+from tests.support.kube_api import FakeKubeAPI
+from tests.support.kube_api.phases import phase_kube_api
+
+from avsim.kube import pods
+from avsim.operators.pod_sweep import sweep_leftover_pods
+from avsim.settings import KubernetesSettings
+
+NAMESPACE = "sims"
+RUN = "avsim_weekly/scheduled__2026-12-07"
+
+
+@pytest.fixture
+def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKubeAPI]:
+    with phase_kube_api(tmp_path, monkeypatch, NAMESPACE) as api:
+        yield api
+
+
+def _pod(
+    v1: client.CoreV1Api, leases: client.CoordinationV1Api, run_key: str, case_id: str, attempt: int
+) -> str:
+    name = pods.pod_name(run_key, case_id, "simulate", attempt)
+    labels = pods.attempt_labels(run_key, case_id, "simulate", attempt, "gpu-spot")
+    v1.create_namespaced_pod(NAMESPACE, pod_body(name, SLEEP, labels=labels))
+    leases.create_namespaced_lease(NAMESPACE, pods.lease_body(name, NAMESPACE, labels, 30))
+    return name
+
+
+def test_the_sweep_deletes_the_shards_leftover_pods_and_leases_and_nothing_else(
+    kube: FakeKubeAPI, tmp_path: Path
+) -> None:
+    api = config.new_client_from_config(config_file=str(kube.write_kubeconfig(tmp_path / "own-kubeconfig")))
+    v1, leases = client.CoreV1Api(api), client.CoordinationV1Api(api)
+    left = [_pod(v1, leases, RUN, "c1", 1), _pod(v1, leases, RUN, "c2", 3)]
+    kept = [
+        _pod(v1, leases, RUN, "c9", 1),  # another shard's case
+        _pod(v1, leases, "avsim_weekly/scheduled__2026-11-30", "c1", 1),  # another week's
+    ]
+    time.sleep(2.2)  # the API stamps whole seconds
+    summarize_began = dt.datetime.now(dt.UTC)
+    time.sleep(1.2)
+    kept.append(_pod(v1, leases, RUN, "c1", 2))  # a try an engineer started since: not a leftover
+
+    swept = sweep_leftover_pods(
+        KubernetesSettings(conn_id="avsim_kube", namespace=NAMESPACE),
+        RUN,
+        ["c1", "c2", "c3"],
+        summarize_began,
+    )
+
+    assert sorted(swept) == sorted(left)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(kube.pod(n, NAMESPACE) for n in left):
+        time.sleep(0.2)
+    assert [n for n in left if kube.pod(n, NAMESPACE)] == []
+    assert sorted(p.metadata.name for p in v1.list_namespaced_pod(NAMESPACE).items) == sorted(kept)
+    assert sorted(x.metadata.name for x in leases.list_namespaced_lease(NAMESPACE).items) == sorted(kept)
+    # A second sweep finds nothing more (and a pod gone meanwhile is no error).
+    assert (
+        sweep_leftover_pods(
+            KubernetesSettings(conn_id="avsim_kube", namespace=NAMESPACE), RUN, ["c1", "c2"], summarize_began
+        )
+        == []
+    )
+
+
+def test_leftover_pods_selects_by_case_and_creation_time() -> None:
+    began = dt.datetime(2026, 12, 7, 12, 0, 10, tzinfo=dt.UTC)
+
+    def pod(name: str, case_id: str, created: str | None) -> dict[str, object]:
+        labels = pods.attempt_labels(RUN, case_id, "render", 1, "gpu-spot")
+        return {"metadata": {"name": name, "labels": labels, "creationTimestamp": created}}
+
+    listed = [
+        pod("old", "c1", "2026-12-07T12:00:05Z"),
+        pod("same-second-before", "c1", "2026-12-07T12:00:09Z"),  # may be newer than `began`: kept
+        pod("new", "c1", "2026-12-07T12:00:11Z"),
+        pod("other-case", "c7", "2026-12-07T12:00:01Z"),
+        pod("no-stamp", "c1", None),
+        pod("long-id", "c" * 80, "2026-12-07T12:00:01Z"),  # label values are cut and hashed
+    ]
+    assert pods.leftover_pods(listed, ["c1", "c" * 80], began) == ["old", "long-id"]
