@@ -6,9 +6,11 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from avsim.artifacts import RunLayout, run_key_for
 from avsim.deadline.alert import ALERT_NAME, deadline_alert, missed_uri, on_deadline_missed
@@ -219,3 +221,25 @@ def test_without_a_readable_manifest_the_default_applies(
         assert none_given == THURSDAY + dt.timedelta(hours=1)
     assert "could not read the deadline of manifest" in caplog.text
     assert "no manifest to take the run's deadline from" in caplog.text
+
+
+def test_an_inline_manifest_gives_its_deadline_and_a_bomb_only_the_fallback(tmp_path: Path) -> None:
+    """A manifest pasted into the trigger form (conf ``manifest`` holds its text) has a deadline too;
+    one the scheduler cannot parse (nested past Python's recursion limit) costs it only the fallback."""
+    text = _write_manifest(tmp_path, "2026-12-06T18:00:00Z").read_text()
+    ref = AvsimRunDeadline(default_after_seconds=3600)
+    for inline in (text, yaml.safe_dump(json.loads(text))):
+        got = ref._evaluate_with(
+            session=_Session(({"manifest": inline}, THURSDAY, None)), dag_id="d", run_id="r"
+        )
+        assert got == SUNDAY
+    bomb = '{"run": {"deadline": "2026-12-06T18:00:00Z"}, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    yaml_bomb = "x: " + "[" * 100_000 + "]" * 100_000 + "\nrun: {deadline: 2026-12-06T18:00:00Z}\n"
+    for text in (bomb, yaml_bomb):
+        began = time.monotonic()
+        got = ref._evaluate_with(
+            session=_Session(({"manifest": text}, THURSDAY, None)), dag_id="d", run_id="r"
+        )
+        assert got == THURSDAY + dt.timedelta(hours=1)
+        # (Not a timing test: before, the YAML walk compared the whole path at every event, ~10^10 steps.)
+        assert time.monotonic() - began < 60

@@ -71,6 +71,8 @@ def manifest_run_deadline(text: str | bytes) -> dt.datetime | None:
     if text.lstrip().startswith("{"):
         try:
             doc = json.loads(text)
+        except RecursionError:
+            return None  # nested past the parser's limit: prepare refuses it, naming the limit
         except ValueError:
             doc = None  # flow-style YAML also starts with "{"
         if isinstance(doc, dict):
@@ -89,6 +91,8 @@ def _yaml_run_deadline(text: str) -> object:
     """The scalar at ``run.deadline`` of a YAML document, reading its events only up to it."""
     import yaml
 
+    from avsim.manifest.prescan import MAX_DEPTH
+
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     # One frame per open mapping or sequence: [is a mapping, its current key, next node is a key].
     stack: list[list[Any]] = []
@@ -101,7 +105,7 @@ def _yaml_run_deadline(text: str) -> object:
         for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
                 stack.pop()
-                if [f[1] for f in stack] == ["run"]:
+                if len(stack) == 1 and stack[0][0] and stack[0][1] == "run":
                     return None  # the run section ended without a deadline
                 value_done()
                 continue
@@ -112,14 +116,21 @@ def _yaml_run_deadline(text: str) -> object:
             if is_key and isinstance(event, yaml.ScalarEvent):
                 top[1], top[2] = event.value, False
                 continue
-            if not is_key and isinstance(event, yaml.ScalarEvent):
-                path = [f[1] if f[0] else "[]" for f in stack]
-                if path == ["run", "deadline"]:
-                    return event.value
+            # Only ``run.deadline`` is wanted: the path is compared at depth 2 only (O(1) per event).
+            if (
+                not is_key
+                and isinstance(event, yaml.ScalarEvent)
+                and len(stack) == 2
+                and all(f[0] for f in stack)
+                and [f[1] for f in stack] == ["run", "deadline"]
+            ):
+                return event.value
             if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
                 if is_key:  # a complex key: never "run"
                     top[1], top[2] = None, False
                 stack.append([isinstance(event, yaml.MappingStartEvent), None, True])
+                if len(stack) > MAX_DEPTH:
+                    return None  # deeper than a manifest may nest: prepare refuses it, naming the limit
             elif not is_key:
                 value_done()
     except yaml.YAMLError:
@@ -130,11 +141,16 @@ def _yaml_run_deadline(text: str) -> object:
 def manifest_deadline(source: str, max_bytes: int) -> dt.datetime | None:
     """``run.deadline`` of the manifest at ``source`` (a path or ObjectStoragePath URI), or None."""
     from avsim.manifest.loader import read_manifest_bytes
+    from avsim.manifest.source import INLINE_SOURCE, is_inline
 
+    inline = is_inline(source)  # the manifest's text in the trigger's conf (its size checked already)
     try:
-        return manifest_run_deadline(read_manifest_bytes(source, max_bytes))
+        return manifest_run_deadline(source if inline else read_manifest_bytes(source, max_bytes))
     except Exception as exc:  # any failure to read: the run still gets a deadline
-        log.warning("could not read the deadline of manifest %s (%s); using the fallback", source, exc)
+        name = INLINE_SOURCE if inline else source
+        log.warning(
+            "could not read the deadline of manifest %s (%s); using the fallback", name, str(exc)[:200]
+        )
         return None
 
 
