@@ -19,11 +19,7 @@ from typing import Any
 
 from avsim.artifacts import RunLayout
 from avsim.errors import AvsimError
-from avsim.phases.contract import RESULTS as RESULT_OUTCOMES
-from avsim.phases.contract import values
-
-#: Case outcomes that are results (kept), not failures (rerun).
-RESULTS = values(RESULT_OUTCOMES)
+from avsim.phases.contract import RESULTS
 
 
 @dataclass(frozen=True)
@@ -47,7 +43,7 @@ def failed_cases(layout: RunLayout) -> list[str]:
             f"run {layout.run_key!r} has no shard summaries under {layout.ledger}/shards: it has not finished "
             "a shard yet; wait for it, or clear its failed tasks in the Airflow UI instead"
         )
-    return [c["case_id"] for s in summaries for c in s.get("cases", []) if c.get("outcome") not in RESULTS]
+    return [c.case_id for s in summaries for c in s.cases if c.outcome not in RESULTS]  # results are kept
 
 
 def rerun_manifest(

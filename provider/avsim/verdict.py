@@ -10,7 +10,7 @@ input, a bad build or an open breaker, and a phase that never ran because of one
 - A **week** fails (its ``report`` task, after writing the report) when a case needs attention or
   cases never started (the canary gate or the breaker stopped the week).
 
-Pure functions of the shard summaries (:func:`avsim.ledger.store.summarize_shard`): no Airflow here.
+Pure functions of the shard summaries (:class:`avsim.contracts.week.ShardSummary`): no Airflow here.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from avsim.contracts.week import NOT_STARTED, CaseSummary, PhaseSummary, ShardSummary
 from avsim.phases.contract import (
-    CASE_PRECEDENCE,
     ENDED,
     FAILURE_ORDER,
     PHASES_GIVING,
@@ -33,8 +33,6 @@ from avsim.phases.contract import (
 NEEDS_ATTENTION = values(tuple(o for o in FAILURE_ORDER if o not in RESULTS))
 #: Every case outcome, results first (the order counts list them in).
 CASE_OUTCOMES = values(ENDED)
-#: A case of a shard the week never started (canary gate failed, breaker open).
-NOT_STARTED = "not_started"
 #: How many case/phase pairs a line names.
 EXAMPLES = 3
 
@@ -44,17 +42,17 @@ def needs_attention(case_outcome: str) -> bool:
     return case_outcome not in values(RESULTS)
 
 
-def failing_phase(case: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The phase that gave a failed case its outcome: the first one in phase order with that outcome."""
-    phases: Mapping[str, Any] = case.get("phases") or {}
-    outcome = str(case.get("outcome"))
-    known = {o.value: o for o in CASE_PRECEDENCE}
-    wanted = PHASES_GIVING[known[outcome]] if outcome in known else (outcome,)
+def failing_phase(case: CaseSummary) -> tuple[str, PhaseSummary | None]:
+    """The phase that gave a failed case its class: the first one in phase order with a phase class
+    that gives it (:data:`avsim.phases.contract.PHASES_GIVING`); ("", None) when none does."""
+    wanted = (
+        PHASES_GIVING.get(case.outcome, (case.outcome_name,)) if isinstance(case.outcome, Outcome) else ()
+    )
     for target in wanted:  # an infra failure beats the not-run phases it caused
-        for name, entry in phases.items():
-            if isinstance(entry, Mapping) and entry.get("outcome") == target:
-                return name, dict(entry)
-    return "", {}
+        for name, entry in case.phases.items():
+            if entry.outcome_name == target:
+                return name, entry
+    return "", None
 
 
 def _counted(counts: Mapping[str, int]) -> str:
@@ -103,14 +101,13 @@ class ShardVerdict:
         )
 
 
-def shard_verdict(summary: Mapping[str, Any]) -> ShardVerdict:
-    """The verdict of one shard summary (``{"shard", "cases": [{"case_id", "outcome", "phases"}]}``)."""
+def shard_verdict(summary: ShardSummary) -> ShardVerdict:
+    """The verdict of one shard summary."""
     counts: dict[str, int] = {}
     examples: list[tuple[str, str]] = []
-    cases = list(summary.get("cases") or [])
     not_started = 0
-    for case in cases:
-        outcome = str(case.get("outcome", Outcome.INFRA_FAILED.value))
+    for case in summary.cases:
+        outcome = case.outcome_name
         if outcome == NOT_STARTED:
             not_started += 1
             continue
@@ -118,8 +115,8 @@ def shard_verdict(summary: Mapping[str, Any]) -> ShardVerdict:
             continue
         counts[outcome] = counts.get(outcome, 0) + 1
         if len(examples) < EXAMPLES:
-            examples.append((str(case.get("case_id")), failing_phase(case)[0]))
-    return ShardVerdict(int(summary.get("shard", 0)), len(cases), counts, tuple(examples), not_started)
+            examples.append((case.case_id, failing_phase(case)[0]))
+    return ShardVerdict(summary.shard, len(summary.cases), counts, tuple(examples), not_started)
 
 
 @dataclass(frozen=True)
@@ -176,7 +173,7 @@ class WeekVerdict:
 
 
 def week_verdict(
-    summaries: Iterable[Mapping[str, Any]], *, not_started: int = 0, stopped_because: str = ""
+    summaries: Iterable[ShardSummary], *, not_started: int = 0, stopped_because: str = ""
 ) -> WeekVerdict:
     """The week's verdict from its shard summaries (a shard summarized twice counts once: the last).
 
@@ -184,11 +181,9 @@ def week_verdict(
     runs that never started (:func:`avsim.ledger.store.unstarted_shard_summary`), the week was stopped.
     """
     summaries = list(summaries)
-    by_shard = {int(s.get("shard", 0)): shard_verdict(s) for s in summaries}
+    by_shard = {s.shard: shard_verdict(s) for s in summaries}
     never = max(0, not_started) + sum(v.not_started for v in by_shard.values())
-    why = stopped_because or next(
-        (str(s.get("stopped_because")) for s in summaries if s.get("stopped_because")), ""
-    )
+    why = stopped_because or next((s.stopped_because for s in summaries if s.stopped_because), "")
     return WeekVerdict(
         tuple(by_shard[k] for k in sorted(by_shard)),
         not_started=never,

@@ -177,7 +177,7 @@ def test_each_failure_class_is_handled_by_its_own_rules(stack: LocalStack) -> No
 
 
 def _cases_from_summaries(ledger: Ledger) -> list[dict[str, Any]]:
-    return [case for summary in ledger.shard_summaries() for case in summary["cases"]]
+    return [case.to_json() for summary in ledger.shard_summaries() for case in summary.cases]
 
 
 def test_a_build_that_crashes_is_stopped_by_the_canary(stack: LocalStack) -> None:

@@ -91,7 +91,7 @@ def test_a_week_on_kubernetes_ends_every_case_in_its_class(cluster: tuple[FakeKu
     assert check_states_match_the_ledger(stack, run_id, layout)["shards"] != {}
     ledger = Ledger(layout)
     summaries = ledger.shard_summaries()
-    by_case = {c["case_id"]: c for s in summaries for c in s["cases"]}
+    by_case = {c.case_id: c.to_json() for s in summaries for c in s.cases}
     assert len(by_case) == 10
     for i, (kind, phase, _, expected) in FAULTS.items():
         case = standard[i]

@@ -94,8 +94,8 @@ def week(stack: LocalStack) -> dict[str, Any]:
     # The ledger's committed case classes: what the page must count.
     ledger_classes: dict[str, int] = {}
     for summary in Ledger(layout).shard_summaries():
-        for case in summary["cases"]:
-            ledger_classes[case["outcome"]] = ledger_classes.get(case["outcome"], 0) + 1
+        for case in summary.cases:
+            ledger_classes[case.outcome_name] = ledger_classes.get(case.outcome_name, 0) + 1
     return {
         "layout": layout,
         "ledger": ledger_classes,

@@ -44,12 +44,13 @@ from tests.support.chaos import (
 
 from avsim import storage
 from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
+from avsim.contracts.week import CaseSummary
 from avsim.dagbuild.tasks import canary_run_id, shard_run_id
 from avsim.devstack.stack import LocalStack
 from avsim.ledger.breaker import Breaker
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
-from avsim.ledger.store import Ledger, case_outcome
-from avsim.phases.contract import NODE_ON_DEMAND, Outcome
+from avsim.ledger.store import Ledger
+from avsim.phases.contract import NODE_ON_DEMAND, Outcome, case_class
 from avsim.phases.policy import Role, preemption_budget
 from avsim.plan.model import ON_DEMAND_SUFFIX
 from avsim.plan.shards import CANARY_SHARD, ShardPlan
@@ -177,9 +178,9 @@ class WeekAuditor:
             self.terminal.checked += 1
             if state not in TERMINAL_TI_STATES:
                 self.terminal.fail(f"{task_id}[{case_id}] left in state {state}")
-        summaries = {c["case_id"]: c for s in self.ledger.shard_summaries() for c in s["cases"]}
+        summaries = {c.case_id: c for s in self.ledger.shard_summaries() for c in s.cases}
         for case in self.doc["cases"]:
-            self._case(case, summaries.get(str(case["id"])) or {})
+            self._case(case, summaries.get(str(case["id"])))
         self._report_and_run_phases()
         self._zombies()
         closed, breaker = self._breaker()
@@ -221,7 +222,7 @@ class WeekAuditor:
         )
         # A run's state is its verdict (avsim.verdict): a shard run fails exactly when a case of it
         # needs attention, the week when any shard did; the cases' classes are checked on their own.
-        verdicts = {int(s["shard"]): shard_verdict(s) for s in Ledger(self.layout).shard_summaries()}
+        verdicts = {s.shard: shard_verdict(s) for s in Ledger(self.layout).shard_summaries()}
         want_week = "failed" if any(v.needs_attention for v in verdicts.values()) else "success"
         self.terminal.checked += 1
         if [r[0] for r in week] != [want_week]:
@@ -273,7 +274,7 @@ class WeekAuditor:
         return out
 
     # -- one case -------------------------------------------------------------------------------
-    def _case(self, case: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
+    def _case(self, case: Mapping[str, Any], summary: CaseSummary | None) -> None:
         cid = str(case["id"])
         graph: Mapping[str, Mapping[str, Any]] = self.doc["graphs"][case["graph"]]["phases"]
         if (case.get("parameters") or {}).get("fakesim"):
@@ -292,11 +293,12 @@ class WeekAuditor:
                 )
             self._scenario_not_retried(cid, p, committed, attempts)
             self._budgets(cid, p, graph[p], attempts, committed)
-        want = case_outcome(pl.outcome for pl in expected.values())
+        want = case_class(pl.outcome for pl in expected.values()).value
         self.case_classes[want] += 1
         self.terminal.checked += 1
-        if summary.get("outcome") != want:
-            self.terminal.fail(f"{cid}: case ended {summary.get('outcome')}, the injected faults give {want}")
+        got = summary.outcome_name if summary is not None else None
+        if got != want:
+            self.terminal.fail(f"{cid}: case ended {got}, the injected faults give {want}")
 
     def _expected(
         self,

@@ -29,7 +29,7 @@ def check_states_match_the_ledger(stack: LocalStack, run_id: str, layout: RunLay
             p=f"{run_id}__",
         )
     )
-    by_shard = {int(s["shard"]): shard_verdict(s) for s in Ledger(layout).shard_summaries()}
+    by_shard = {s.shard: shard_verdict(s) for s in Ledger(layout).shard_summaries()}
     for shard_run, state in runs.items():
         tail = shard_run.rsplit("__", 1)[-1]
         shard = 0 if tail == "canary" else int(tail.removeprefix("shard_"))

@@ -7,24 +7,27 @@ import json
 from pathlib import Path
 
 from avsim.artifacts import RunLayout
+from avsim.contracts import RunDescriptor, ShardConf
+from avsim.contracts.week import CanaryPlan
 from avsim.ledger.breaker import Breaker
 from avsim.ledger.documents import DocumentStore
+from avsim.ledger.records import AttemptRecord
+from avsim.phases.contract import Outcome
 from avsim.triggers.canary import CanaryGateTrigger
 
 IMAGE = "registry.example.com/sim/av@sha256:" + "c" * 64
 
 
 def _trigger(root: str, image: str = IMAGE) -> CanaryGateTrigger:
-    return CanaryGateTrigger(
-        artifact_root=root,
-        run_key="avsim_weekly__r1",
-        canary_cases={"c1": ["prepare"], "c2": ["prepare"], "c3": ["prepare"]},
-        threshold=0.5,
-        build="sim-1",
+    run = RunDescriptor(run_key="avsim_weekly__r1", artifact_root=root, build_id="sim-1", image=image)
+    plan = CanaryPlan(
         shard=0,
-        poll_interval=0.01,
-        image=image,
+        threshold=0.5,
+        cases={"c1": ("prepare",), "c2": ("prepare",), "c3": ("prepare",)},
+        trigger_run_id="r1__canary",
+        conf=ShardConf(run=run, shard=0),
     )
+    return CanaryGateTrigger(plan=plan.to_json(), poll_interval=0.01)
 
 
 def test_serialize(tmp_path: Path) -> None:
@@ -36,14 +39,30 @@ def test_serialize(tmp_path: Path) -> None:
     assert again.serialize() == (classpath, kwargs)
 
 
+def _record(case_id: str, n: int, outcome: str, ended_at: str, detail: str) -> dict[str, object]:
+    """An ended attempt's record as the ledger holds it."""
+    return AttemptRecord(
+        run_key="avsim_weekly__r1",
+        case_id=case_id,
+        phase="prepare",
+        attempt=n,
+        started_at=ended_at,
+        ended_at=ended_at,
+        exit_code=None,
+        outcome=Outcome(outcome),
+        reason="",
+        output_uri="",
+        host="test",
+        duration_seconds=1.0,
+        detail=detail,
+    ).to_json()
+
+
 def _first_attempts(root: str, outcomes: dict[str, str]) -> None:
     layout = RunLayout(root, "avsim_weekly__r1")
     docs = DocumentStore()
     for case_id, outcome in outcomes.items():
-        docs.put(
-            layout.attempt_record(case_id, "prepare", 1),
-            {"attempt": 1, "state": "ended", "outcome": outcome, "detail": "crash"},
-        )
+        docs.put(layout.attempt_record(case_id, "prepare", 1), _record(case_id, 1, outcome, "", "crash"))
 
 
 def _decide(trigger: CanaryGateTrigger) -> dict[str, object]:
@@ -84,8 +103,7 @@ T_FIRST, T_CLEAR, T_AFTER = (
 def _attempt(root: str, case_id: str, n: int, outcome: str, ended_at: str, detail: str = "crash") -> None:
     layout = RunLayout(root, "avsim_weekly__r1")
     DocumentStore().put(
-        layout.attempt_record(case_id, "prepare", n),
-        {"attempt": n, "state": "ended", "outcome": outcome, "detail": detail, "ended_at": ended_at},
+        layout.attempt_record(case_id, "prepare", n), _record(case_id, n, outcome, ended_at, detail)
     )
 
 
@@ -125,7 +143,7 @@ def test_a_cleared_gate_waits_for_the_repaired_round_and_a_new_summary(tmp_path:
         RunLayout(root, "avsim_weekly__r1").shard_summary(0), {"shard": 0, "cases": [], "written_at": T_FIRST}
     )
     trigger = _since_trigger(root, T_CLEAR)
-    seen: dict[str, dict[str, dict[str, object]]] = {c: {} for c in trigger.canary_cases}
+    seen: dict[str, dict[str, AttemptRecord]] = {c: {} for c in trigger.canary_cases}
     decision = trigger.check(seen)
     assert decision.state == "waiting" and decision.finished_cases == 0
     # The repaired round crashes again (the pool is still broken): that is evidence, and it fails.
@@ -155,3 +173,11 @@ def test_round_since() -> None:
     # The gate cleared alone: nothing reruns, so the same evidence decides again.
     assert since(2, "failed", "failed") == ""
     assert since(3, "failed", "failed", repaired=T_FIRST) == T_FIRST
+
+
+def test_a_plan_that_does_not_parse_is_an_error_event_naming_the_field() -> None:
+    """The triggerer stores the plan as JSON; one it cannot read is the gate's error, not a crash."""
+    trigger = CanaryGateTrigger(plan={"threshold": 0.5, "cases": {}}, poll_interval=0.01)
+    assert trigger.serialize()[1]["plan"] == {"threshold": 0.5, "cases": {}}
+    event = _decide(trigger)
+    assert event["status"] == "error" and "cases" in str(event["message"])

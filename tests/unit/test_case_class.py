@@ -26,8 +26,9 @@ from sqlalchemy.orm import Session
 
 from avsim.artifacts import RunLayout, shard_run_id
 from avsim.contracts import OUTCOME_XCOM_KEY
+from avsim.contracts.week import ShardSummary
 from avsim.ledger.records import OutcomeRecord
-from avsim.ledger.store import Ledger, case_outcome, summarize_shard
+from avsim.ledger.store import Ledger, summarize_shard
 from avsim.phases.contract import (
     CASE_PRECEDENCE,
     ENDED,
@@ -87,7 +88,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     engine.dispose()
 
 
-def _ledger_summary(root: Path, cases: list[list[str]]) -> dict[str, Any]:
+def _ledger_summary(root: Path, cases: list[list[str]]) -> ShardSummary:
     """The ledger's summary of a shard whose phases ended in ``cases``' classes: a phase with an
     attempt class has its outcome committed; ``not_run`` and ``upstream_failed`` phases have none,
     the latter depending on an upstream that produced no output (one outside the case's phases)."""
@@ -192,14 +193,14 @@ def _page_classes(engine: Any, cases: list[list[str]]) -> dict[str, str]:
 def test_ledger_verdict_report_and_page_class_every_case_alike(engine: Any, cases: list[list[str]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         summary = _ledger_summary(Path(tmp), cases)
-    by_id = {c["case_id"]: c for c in summary["cases"]}
+    by_id = {c.case_id: c for c in summary.cases}
     expected = {f"case-{i:03d}": case_class(phases).value for i, phases in enumerate(cases)}
 
     # The ledger: its summary shows the phases as they ended, and the case takes their one class.
     for i, phases in enumerate(cases):
         case = by_id[f"case-{i:03d}"]
-        assert [e["outcome"] for e in case["phases"].values()] == phases
-        assert case["outcome"] == expected[case["case_id"]] == case_outcome(phases)
+        assert [e.outcome_name for e in case.phases.values()] == phases
+        assert case.outcome == expected[case.case_id]
 
     # The verdict: a case needs attention unless its class is a result, and the phase it names gave
     # the case its class.
@@ -209,7 +210,7 @@ def test_ledger_verdict_report_and_page_class_every_case_alike(engine: Any, case
     assert set(attention) <= set(values(CASE_PRECEDENCE)) - set(values(RESULTS))
     for cid, cls in expected.items():
         phase, entry = failing_phase(by_id[cid])
-        assert entry["outcome"] in PHASES_GIVING[Outcome(cls)], (cid, cls, phase)
+        assert entry is not None and entry.outcome_name in PHASES_GIVING[Outcome(cls)], (cid, cls, phase)
 
     # The report: its totals and its failed cases (each with the phase that gave its class).
     report = build_report({}, [summary], {}, run_id="r", generated_at="2026-12-09T12:00:00Z")
@@ -220,7 +221,7 @@ def test_ledger_verdict_report_and_page_class_every_case_alike(engine: Any, case
         cid: cls for cid, cls in expected.items() if cls != Outcome.PASSED.value
     }
     for cid, f in listed.items():
-        assert by_id[cid]["phases"][f["phase"]]["outcome"] in PHASES_GIVING[Outcome(f["outcome"])]
+        assert by_id[cid].phases[f["phase"]].outcome_name in PHASES_GIVING[Outcome(f["outcome"])]
 
     # The page: its SQL, on the task instances and XComs of the same phases.
     assert _page_classes(engine, cases) == expected

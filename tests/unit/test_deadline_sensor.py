@@ -157,9 +157,13 @@ def test_every_deferral_of_the_gate_and_the_tracker_has_a_timeout() -> None:
         "run_id": "r",
         "shard_count": 2,
     }
-    gate = CanaryGateSensor(
-        task_id="canary_gate", run=run, canary={"cases": {"c1": ["prepare"]}, "threshold": 0.2}, timeout=3600
-    )
+    canary = {
+        "cases": {"c1": ["prepare"]},
+        "threshold": 0.2,
+        "trigger_run_id": "r__canary",
+        "conf": {"run": run, "shard": 0},
+    }
+    gate = CanaryGateSensor(task_id="canary_gate", run=run, canary=canary, timeout=3600)
     tracker = DeadlineTrackerSensor(task_id="deadline", run=run, shard_dag_id="avsim_weekly_shard", phases={})
     # The gate reads its try's round from its task instance (the week's first round here).
     first_try = {"ti": types.SimpleNamespace(max_tries=0, try_number=1)}

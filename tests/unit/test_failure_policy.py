@@ -11,10 +11,10 @@ import pytest
 from avsim.ledger.breaker import Breaker, BreakerConfig
 from avsim.ledger.cache import PhaseCache, cache_key
 from avsim.ledger.documents import DocumentStore
-from avsim.ledger.records import OutcomeRecord
+from avsim.ledger.records import AttemptRecord, OutcomeRecord
 from avsim.manifest.models import RetrySpec
 from avsim.operators.retry import PhaseRetryPolicy
-from avsim.phases.contract import Outcome, classify_exit_code
+from avsim.phases.contract import Detail, Outcome, classify_exit_code
 from avsim.plan.canary import FAILED, PASSED, WAITING, canary_size, gate_decision, select_canary
 
 
@@ -129,10 +129,28 @@ def test_canary_selection_is_proportional_and_stable() -> None:
     assert len(small) == 20 and any(i >= 97 for i in small)  # every family is represented
 
 
+def _ended(outcome: Outcome, detail: str = "") -> AttemptRecord:
+    return AttemptRecord(
+        run_key="r",
+        case_id="c",
+        phase="prepare",
+        attempt=1,
+        started_at="",
+        ended_at="",
+        exit_code=None,
+        outcome=outcome,
+        reason="",
+        output_uri="",
+        host="",
+        duration_seconds=0.0,
+        detail=detail,
+    )
+
+
 def test_gate_decision() -> None:
-    ok = {"outcome": "passed"}
-    crash = {"outcome": "infra_failed", "detail": "crash"}
-    pull = {"outcome": "bad_build", "detail": "image_pull"}
+    ok = _ended(Outcome.PASSED)
+    crash = _ended(Outcome.INFRA_FAILED, Detail.CRASH)
+    pull = _ended(Outcome.BAD_BUILD, Detail.IMAGE_PULL)
     cases = {f"c{i}": [ok] for i in range(8)} | {"c8": [ok, crash], "c9": []}
     d = gate_decision(cases, threshold=0.2, canary_done=False, build="b1")
     assert d.state == WAITING and d.failed_cases == 1
@@ -146,7 +164,7 @@ def test_gate_decision() -> None:
         and "image_pull 1" in d.message
     )
     # Failed scenarios are results, not evidence of a bad build.
-    sf = {f"c{i}": [{"outcome": "scenario_failed"}] for i in range(10)}
+    sf = {f"c{i}": [_ended(Outcome.SCENARIO_FAILED)] for i in range(10)}
     assert gate_decision(sf, threshold=0.2, canary_done=True, build="b1").state == PASSED
 
 

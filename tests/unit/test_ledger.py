@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from avsim.artifacts import RunLayout
+from avsim.contracts.week import PhaseSummary, ShardSummary
 from avsim.ledger import store
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
-from avsim.ledger.store import Ledger, case_outcome, summarize_shard
-from avsim.phases.contract import Outcome
+from avsim.ledger.store import Ledger, summarize_shard
+from avsim.phases.contract import NOT_RUN, Outcome, case_class
 
 
 @pytest.fixture
@@ -143,18 +144,19 @@ def test_attempts_and_outcomes_for(ledger: Ledger) -> None:
 def test_shard_summaries(ledger: Ledger) -> None:
     assert ledger.shard_summaries() == []
     for k in (2, 0, 11):
-        ledger.write_shard_summary(k, {"shard": k, "cases": []})
-    assert [s["shard"] for s in ledger.shard_summaries()] == [0, 2, 11]
+        ledger.write_shard_summary(ShardSummary(shard=k))
+    assert [s.shard for s in ledger.shard_summaries()] == [0, 2, 11]
+    assert ledger.shard_summary(2) == ShardSummary(shard=2) and ledger.shard_summary(3) is None
     assert ledger.layout.shard_summary(2).endswith("/ledger/shards/00002/result.json")
 
 
-def test_case_outcome_rule() -> None:
-    assert case_outcome(["passed", "passed"]) == "passed"
-    assert case_outcome(["passed", "scenario_failed", "passed"]) == "scenario_failed"
-    assert case_outcome(["scenario_failed", "infra_failed"]) == "infra_failed"
-    assert case_outcome(["passed", "not_run"]) == "infra_failed"
-    assert case_outcome(["scenario_failed", "upstream_failed"]) == "infra_failed"
-    assert case_outcome(["infra_failed", "bad_input", "upstream_failed"]) == "bad_input"
+def test_case_class_rule() -> None:
+    assert case_class(["passed", "passed"]) is Outcome.PASSED
+    assert case_class(["passed", "scenario_failed", "passed"]) is Outcome.SCENARIO_FAILED
+    assert case_class(["scenario_failed", "infra_failed"]) is Outcome.INFRA_FAILED
+    assert case_class(["passed", "not_run"]) is Outcome.INFRA_FAILED
+    assert case_class(["scenario_failed", "upstream_failed"]) is Outcome.INFRA_FAILED
+    assert case_class(["infra_failed", "bad_input", "upstream_failed"]) is Outcome.BAD_INPUT
 
 
 def test_summarize_shard(ledger: Ledger) -> None:
@@ -185,32 +187,32 @@ def test_summarize_shard(ledger: Ledger) -> None:
         {"case_id": c, "graph": "standard", "phases": phases} for c in ("ok", "sf", "inf", "bad", "lost")
     ]
     summary = summarize_shard(ledger, 4, cases)
-    assert summary["shard"] == 4
-    by_id = {c["case_id"]: c for c in summary["cases"]}
-    assert [c["case_id"] for c in summary["cases"]] == ["ok", "sf", "inf", "bad", "lost"]
-    assert {c: by_id[c]["outcome"] for c in by_id} == {
+    assert summary.shard == 4
+    by_id = {c.case_id: c for c in summary.cases}
+    assert [c.case_id for c in summary.cases] == ["ok", "sf", "inf", "bad", "lost"]
+    assert {c: by_id[c].outcome for c in by_id} == {
         "ok": "passed",
         "sf": "scenario_failed",
         "inf": "infra_failed",
         "bad": "bad_input",
         "lost": "infra_failed",
     }
-    sim = by_id["ok"]["phases"]["simulate"]
-    assert sim == {
-        "outcome": "passed",
-        "attempt": 2,
-        "output_uri": "file:///out/ok/simulate/attempt-2",
-        "reason": "",
-        "duration_seconds": 90.0,
-        "attempts": 2,
-    }
-    inf = by_id["inf"]["phases"]
-    assert inf["simulate"]["outcome"] == "infra_failed" and inf["simulate"]["reason"] == "crash 2"
-    assert inf["evaluate"]["outcome"] == "upstream_failed" and inf["report"]["outcome"] == "upstream_failed"
-    assert by_id["bad"]["phases"]["simulate"]["outcome"] == "upstream_failed"
-    lost = by_id["lost"]["phases"]
-    assert lost["prepare"]["outcome"] == "not_run" and lost["prepare"]["attempts"] == 0
-    assert lost["simulate"]["outcome"] == "upstream_failed"
+    sim = by_id["ok"].phases["simulate"]
+    assert sim == PhaseSummary(
+        outcome=Outcome.PASSED,
+        attempt=2,
+        output_uri="file:///out/ok/simulate/attempt-2",
+        reason="",
+        duration_seconds=90.0,
+        attempts=2,
+    )
+    inf = by_id["inf"].phases
+    assert inf["simulate"].outcome is Outcome.INFRA_FAILED and inf["simulate"].reason == "crash 2"
+    assert inf["evaluate"].outcome is inf["report"].outcome is Outcome.UPSTREAM_FAILED
+    assert by_id["bad"].phases["simulate"].outcome is Outcome.UPSTREAM_FAILED
+    lost = by_id["lost"].phases
+    assert lost["prepare"].outcome == NOT_RUN and lost["prepare"].attempts == 0
+    assert lost["simulate"].outcome is Outcome.UPSTREAM_FAILED
     # explicit dependencies: render only needs prepare, so it is not_run, not upstream_failed
     diamond = [
         {
@@ -220,8 +222,8 @@ def test_summarize_shard(ledger: Ledger) -> None:
             "depends_on": {"prepare": [], "simulate": ["prepare"], "render": ["prepare"]},
         }
     ]
-    render = summarize_shard(ledger, 0, diamond)["cases"][0]["phases"]["render"]
-    assert render["outcome"] == "not_run"
+    render = summarize_shard(ledger, 0, diamond).cases[0].phases["render"]
+    assert render.outcome == NOT_RUN
 
 
 @pytest.fixture
@@ -245,12 +247,12 @@ def test_ledger_on_an_object_store(s3_root: str) -> None:
     found = ledger.outcomes_for([f"c{i}" for i in range(20)], ["prepare", "simulate"])  # threaded reads
     assert list(found) == [("c1", "simulate")] and found[("c1", "simulate")].attempt == 2
     assert ledger.current_attempt("c2", "prepare") == 3
-    ledger.write_shard_summary(1, {"shard": 1, "cases": []})
-    ledger.write_shard_summary(0, {"shard": 0, "cases": []})
-    assert [s["shard"] for s in ledger.shard_summaries()] == [0, 1]
+    ledger.write_shard_summary(ShardSummary(shard=1))
+    ledger.write_shard_summary(ShardSummary(shard=0))
+    assert [s.shard for s in ledger.shard_summaries()] == [0, 1]
     summary = summarize_shard(ledger, 0, [{"case_id": "c1", "graph": "g", "phases": ["simulate"]}])
-    assert summary["cases"][0]["outcome"] == "scenario_failed"
-    assert summary["cases"][0]["phases"]["simulate"]["attempts"] == 1
+    assert summary.cases[0].outcome is Outcome.SCENARIO_FAILED
+    assert summary.cases[0].phases["simulate"].attempts == 1
 
 
 def test_attempts_rewritten_since_the_last_listing_are_read_as_they_are_now(s3_root: str) -> None:

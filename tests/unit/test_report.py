@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from avsim.artifacts import RunLayout
+from avsim.contracts.week import ShardSummary
 from avsim.report.build import build_report, duration_stats, write_report
 from avsim.report.html import render_html
 
@@ -42,7 +43,7 @@ def case(
     return {"case_id": case_id, "graph": graph, "outcome": outcome, "phases": phases}
 
 
-def summaries() -> list[dict[str, Any]]:
+def summaries() -> list[ShardSummary]:
     ok = {p: phase("passed", seconds=s) for p, s in zip(PHASES, (1.0, 20.0, 3.0, 0.5), strict=True)}
     retried = {**ok, "simulate": phase("passed", attempt=3, seconds=30.0, attempts=3)}
     sf = {**ok, "simulate": phase("scenario_failed", seconds=25.0, output_uri="file:///art/sf/simulate")}
@@ -54,7 +55,7 @@ def summaries() -> list[dict[str, Any]]:
     }
     bad = {p: phase("upstream_failed", attempt=None, seconds=None) for p in PHASES}
     bad["prepare"] = phase("bad_input", reason="scenario v3 & map <missing>")
-    return [
+    docs = [
         {
             "shard": 1,
             "cases": [
@@ -71,6 +72,7 @@ def summaries() -> list[dict[str, Any]]:
             ],
         },
     ]
+    return [ShardSummary.model_validate(d) for d in docs]
 
 
 def report() -> dict[str, Any]:

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from avsim.artifacts import RunLayout, week_index_uri
+from avsim.contracts.week import ShardSummary
 from avsim.report.build import build_report, write_report
 from avsim.report.cases import from_csv, to_csv
 from avsim.report.compare import compare_cases, previous_iso_week
@@ -143,7 +144,12 @@ def with_previous_week(layout: RunLayout) -> None:
 
 def build() -> dict[str, Any]:
     return build_report(
-        HEAD, [SUMMARY], {}, run_id="w50", generated_at="2026-12-09", manifest_sha256="5" * 64
+        HEAD,
+        [ShardSummary.model_validate(SUMMARY)],
+        {},
+        run_id="w50",
+        generated_at="2026-12-09",
+        manifest_sha256="5" * 64,
     )
 
 
@@ -242,7 +248,7 @@ def test_avsim_report_regenerates_every_file(layout: RunLayout, monkeypatch: pyt
 
     write(layout.head_uri, json.dumps(HEAD))
     write(layout.digest_uri, "5" * 64 + "\n")
-    Ledger(layout).write_shard_summary(0, SUMMARY)
+    Ledger(layout).write_shard_summary(ShardSummary.model_validate(SUMMARY))
     with_previous_week(layout)
     done = CliRunner().invoke(app, ["report", layout.run_key, "--artifact-root", layout.root])
     assert done.exit_code == 0, done.output

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from avsim.artifacts import RunLayout, run_key_for
+from avsim.contracts.week import ShardSummary
 from avsim.ledger.store import Ledger
 from avsim.manifest.loader import parse_manifest_text
 from avsim.manifest.sample import sample_manifest
@@ -32,15 +33,17 @@ RERUN = {1: "passed", 2: "bad_input", 4: "scenario_failed"}
 NEW_IMAGE = "registry.example.com/avsim/simulator@sha256:" + "e" * 64
 
 
-def summary(cases: list[tuple[str, str]]) -> dict[str, Any]:
+def summary(cases: list[tuple[str, str]]) -> ShardSummary:
     phase = lambda outcome: {"outcome": outcome, "attempt": 1, "duration_seconds": 5.0}  # noqa: E731
-    return {
-        "shard": 1,
-        "cases": [
-            {"case_id": cid, "graph": "standard", "outcome": out, "phases": {"simulate": phase(out)}}
-            for cid, out in cases
-        ],
-    }
+    return ShardSummary.model_validate(
+        {
+            "shard": 1,
+            "cases": [
+                {"case_id": cid, "graph": "standard", "outcome": out, "phases": {"simulate": phase(out)}}
+                for cid, out in cases
+            ],
+        }
+    )
 
 
 def snapshot(layout: RunLayout, doc: dict[str, Any]) -> None:
@@ -66,7 +69,7 @@ def original(tmp_path: Path) -> tuple[RunLayout, list[str]]:
     doc = sample_manifest(len(ORIGINAL), iso_week="2026-W50")
     snapshot(layout, doc)
     ids = [c["id"] for c in doc["cases"]]
-    Ledger(layout).write_shard_summary(1, summary(list(zip(ids, ORIGINAL, strict=True))))
+    Ledger(layout).write_shard_summary(summary(list(zip(ids, ORIGINAL, strict=True))))
     regenerate(layout)
     return layout, ids
 
@@ -81,7 +84,7 @@ def rerun_of_original(
     rerun = RunLayout(layout.root, run_key_for("avsim_weekly", plan.run_id))
     snapshot(rerun, doc)
     assert rerun_of(read_head(rerun)) == layout.run_key, "the snapshot head names the run it reruns"
-    Ledger(rerun).write_shard_summary(1, summary([(ids[i], out) for i, out in RERUN.items()]))
+    Ledger(rerun).write_shard_summary(summary([(ids[i], out) for i, out in RERUN.items()]))
     return rerun, regenerate(rerun)
 
 

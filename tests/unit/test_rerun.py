@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 
 from avsim.artifacts import RunLayout
+from avsim.contracts.week import ShardSummary
 from avsim.dagbuild import tasks
 from avsim.dagbuild.factory import load_plan
 from avsim.errors import AvsimError
 from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
+from avsim.phases.contract import Outcome
 from avsim.rerun import plan_rerun, rerun_manifest
 from avsim.settings import AvsimSettings
 
@@ -33,26 +35,15 @@ def run(tmp_path: Path) -> tuple[RunLayout, dict]:
     layout = RunLayout(settings.resolved_artifact_root, prepared["run"]["run_key"])
     outcomes = ["passed", "infra_failed", "scenario_failed", "preempted", "passed", "bad_build"]
     ledger = Ledger(layout)
-    ledger.write_shard_summary(
-        1,
-        {
-            "shard": 1,
-            "cases": [
-                {"case_id": c["id"], "outcome": o}
-                for c, o in zip(doc["cases"][:4], outcomes[:4], strict=True)
-            ],
-        },
-    )
-    ledger.write_shard_summary(
-        2,
-        {
-            "shard": 2,
-            "cases": [
-                {"case_id": c["id"], "outcome": o}
-                for c, o in zip(doc["cases"][4:], outcomes[4:], strict=True)
-            ],
-        },
-    )
+    for shard, cases, outs in ((1, doc["cases"][:4], outcomes[:4]), (2, doc["cases"][4:], outcomes[4:])):
+        ledger.write_shard_summary(
+            ShardSummary.model_validate(
+                {
+                    "shard": shard,
+                    "cases": [{"case_id": c["id"], "outcome": o} for c, o in zip(cases, outs, strict=True)],
+                }
+            )
+        )
     return layout, doc
 
 
@@ -94,7 +85,8 @@ def test_nothing_to_rerun_is_said(tmp_path: Path, run: tuple[RunLayout, dict]) -
     ledger = Ledger(layout)
     for k in (1, 2):
         s = ledger.shard_summaries()[k - 1]
-        ledger.write_shard_summary(k, {**s, "cases": [{**c, "outcome": "passed"} for c in s["cases"]]})
+        passed = tuple(c.model_copy(update={"outcome": Outcome.PASSED}) for c in s.cases)
+        ledger.write_shard_summary(s.model_copy(update={"cases": passed}))
     with pytest.raises(AvsimError, match="no failed case"):
         rerun_manifest(layout)
     with pytest.raises(AvsimError, match="no manifest snapshot"):

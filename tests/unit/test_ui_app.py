@@ -200,13 +200,13 @@ def test_a_symbolic_link_out_of_the_run_is_refused(week: Any) -> None:
 
 
 def test_report_and_its_files_are_served(week: Any) -> None:
+    from avsim.contracts.week import ShardSummary
     from avsim.report.build import build_report, write_report
 
     client, layout, _truth = week
-    summary = {
-        "shard": 0,
-        "cases": [{"case_id": "c-1", "graph": "standard", "outcome": "passed", "phases": {}}],
-    }
+    summary = ShardSummary.model_validate(
+        {"shard": 0, "cases": [{"case_id": "c-1", "graph": "standard", "outcome": "passed", "phases": {}}]}
+    )
     write_report(layout, build_report({}, [summary], {}, run_id=RUN_ID, generated_at="now"))
     assert client.get("/runs").json() == [KEY]
     hop = client.get(f"/dags/avsim_weekly/runs/{Q_RUN}/report", follow_redirects=False)

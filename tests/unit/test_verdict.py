@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from avsim.artifacts import RunLayout
+from avsim.contracts.week import ShardSummary
 from avsim.dagbuild import tasks, week_end
 from avsim.dagbuild.factory import load_plan
 from avsim.ledger.breaker import Breaker
@@ -20,6 +21,8 @@ from avsim.storage import read_json
 from avsim.verdict import NEEDS_ATTENTION, NOT_STARTED, needs_attention, shard_verdict, week_verdict
 
 ROOT = Path(__file__).resolve().parents[2]
+#: A shard summary as the ledger reads one back.
+S = ShardSummary.model_validate
 
 
 def _case(case_id: str, outcome: str, failing: str = "simulate") -> dict[str, Any]:
@@ -34,7 +37,7 @@ def _case(case_id: str, outcome: str, failing: str = "simulate") -> dict[str, An
 
 @pytest.mark.parametrize("outcome", [o.value for o in Outcome if o.value != "upstream_failed"])
 def test_only_results_keep_a_shard_green(outcome: str) -> None:
-    summary = {"shard": 4, "cases": [_case("c1", "passed"), _case("c2", outcome)]}
+    summary = S({"shard": 4, "cases": [_case("c1", "passed"), _case("c2", outcome)]})
     verdict = shard_verdict(summary)
     is_result = outcome in ("passed", "scenario_failed")
     assert verdict.needs_attention is (not is_result)
@@ -49,7 +52,7 @@ def test_only_results_keep_a_shard_green(outcome: str) -> None:
 
 def test_scenario_failures_alone_never_turn_anything_red() -> None:
     summaries = [
-        {"shard": k, "cases": [_case(f"c{k}{i}", "scenario_failed") for i in range(5)]} for k in range(3)
+        S({"shard": k, "cases": [_case(f"c{k}{i}", "scenario_failed") for i in range(5)]}) for k in range(3)
     ]
     week = week_verdict(summaries)
     assert (week.state, week.needs_attention, week.attention) == ("passed", False, 0)
@@ -65,7 +68,7 @@ def test_a_line_counts_by_class_and_names_the_first_cases() -> None:
         _case("e", "infra_failed"),
         _case("f", "bad_input", "prepare"),
     ]
-    verdict = shard_verdict({"shard": 7, "cases": cases})
+    verdict = shard_verdict(S({"shard": 7, "cases": cases}))
     assert verdict.counts == {"infra_failed": 2, "bad_build": 1, "preempted": 1, "bad_input": 1}
     # Classes in the order an engineer acts on them; the first three cases with their failing phase.
     assert verdict.line() == (
@@ -76,12 +79,14 @@ def test_a_line_counts_by_class_and_names_the_first_cases() -> None:
 
 
 def test_a_week_counts_not_started_cases_as_stopped() -> None:
-    ran = {"shard": 0, "cases": [_case("x", "bad_build")]}
-    never = {
-        "shard": 1,
-        "stopped_because": "the breaker is open",
-        "cases": [{"case_id": "y", "outcome": NOT_STARTED, "phases": {}}],
-    }
+    ran = S({"shard": 0, "cases": [_case("x", "bad_build")]})
+    never = S(
+        {
+            "shard": 1,
+            "stopped_because": "the breaker is open",
+            "cases": [{"case_id": "y", "outcome": NOT_STARTED, "phases": {}}],
+        }
+    )
     week = week_verdict([ran, never])
     assert (week.state, week.attention, week.not_started) == ("stopped", 1, 1)
     assert week.line().startswith("the week was stopped: 1 cases never started (the breaker is open)")
@@ -177,7 +182,9 @@ def test_a_week_stopped_by_the_canary_gate_is_summarised_and_fails_naming_the_bu
     # Every shard now has a summary: the run-level phases read each one's result.json.
     assert all(Path(layout.shard_summary(k).removeprefix("file://")).exists() for k in range(4))
 
-    with pytest.raises(WeekNeedsAttention, match=rf"build {run['build_id']}\): the week was stopped: 21 cases"):
+    with pytest.raises(
+        WeekNeedsAttention, match=rf"build {run['build_id']}\): the week was stopped: 21 cases"
+    ):
         week_end.finish_week(run, [rp.name for rp in plan.run_phases])
     report = read_json(f"{layout.report_dir}/report.json")
     assert report["verdict"]["state"] == "stopped"

@@ -12,6 +12,7 @@ from typing import Any
 
 from avsim.artifacts import RunLayout, canary_run_id, run_key_for, shard_run_id, week_index_uri
 from avsim.contracts import RunDescriptor, ShardConf
+from avsim.contracts.week import CanaryPlan
 from avsim.errors import AvsimError, ManifestError, Problem
 from avsim.manifest.source import check_location
 from avsim.plan.model import WeeklyPlan
@@ -100,19 +101,19 @@ def prepare_week(
                 "prepared_at": dt.datetime.now(dt.UTC).isoformat(),
             },
         )
-    canary: dict[str, Any] = {}
+    canary: CanaryPlan | None = None
     if canary_shard is not None:
-        canary = {
-            "shard": CANARY_SHARD,
-            "threshold": spec.max_failure_rate,
-            "cases": {
-                c["case_id"]: list(plan.family(fam).phase_names)
+        canary = CanaryPlan(
+            shard=CANARY_SHARD,
+            threshold=spec.max_failure_rate,
+            cases={
+                c["case_id"]: tuple(plan.family(fam).phase_names)
                 for fam, entries in canary_shard.by_family.items()
                 for c in entries
             },
-            "trigger_run_id": canary_run_id(run_id),
-            "conf": ShardConf.model_validate({"run": run, "shard": CANARY_SHARD}).to_json(),
-        }
+            trigger_run_id=canary_run_id(run_id),
+            conf=ShardConf.model_validate({"run": run, "shard": CANARY_SHARD}),
+        )
     log.info(
         "week %s: %d cases, canary %d, %d shards of at most %d (build %s, manifest sha256 %s)",
         manifest.run.iso_week,
@@ -128,7 +129,8 @@ def prepare_week(
         shard_inputs[f"shard_{CANARY_SHARD:05d}"] = layout.shard_dir(CANARY_SHARD)
     return {
         "run": run,
-        "canary": canary,
+        # XCom ``canary``: the plan's JSON, ``{}`` for a week without a canary stage (contracts.week.canary_plan).
+        "canary": canary.to_json() if canary is not None else {},
         "shards": [
             {
                 "shard": s.index,
@@ -239,15 +241,19 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
     ledger = Ledger(layout)
     summary = summarize_shard(ledger, shard.index, cases)
     counts = dict.fromkeys(CASE_OUTCOMES, 0)
-    for case in summary["cases"]:
-        counts[case["outcome"]] = counts.get(case["outcome"], 0) + 1
-    summary["counts"] = {"cases": len(summary["cases"]), **counts}
+    for case in summary.cases:
+        counts[case.outcome_name] = counts.get(case.outcome_name, 0) + 1
     verdict = shard_verdict(summary)
-    summary["verdict"] = verdict.line()
-    # The canary gate takes a summary written before its round began as the last round's.
-    summary["written_at"] = dt.datetime.now(dt.UTC).isoformat()
-    ledger.write_shard_summary(shard.index, summary)
-    log.info("shard %d: %s", shard.index, summary["counts"])
+    summary = summary.model_copy(
+        update={
+            "counts": {"cases": len(summary.cases), **counts},
+            "verdict": verdict.line(),
+            # The canary gate takes a summary written before its round began as the last round's.
+            "written_at": dt.datetime.now(dt.UTC).isoformat(),
+        }
+    )
+    ledger.write_shard_summary(summary)
+    log.info("shard %d: %s", shard.index, summary.counts)
     if exists(f"{layout.report_dir}/report.json"):
         # The week already has its report, so this is a rerun (an engineer cleared failed phases of
         # this shard): bring the weekly report up to date with it.
@@ -263,4 +269,4 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
 
         raise ShardNeedsAttention(verdict.line())
     log.info("%s", verdict.line())
-    return dict(summary["counts"])
+    return dict(summary.counts)

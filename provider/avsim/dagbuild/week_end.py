@@ -91,7 +91,7 @@ def close_week(run: dict[str, Any]) -> dict[str, Any]:
         why = why or _why_not_started(run)
         shard = ShardPlan.from_json(read_json(layout.shard_cases(index)))
         cases = [{**c, "graph": fam} for fam, entries in shard.by_family.items() for c in entries]
-        ledger.write_shard_summary(index, unstarted_shard_summary(index, cases, why))
+        ledger.write_shard_summary(unstarted_shard_summary(index, cases, why))
         closed.append(index)
     if closed:
         log.warning("%d shard runs never started (%s): %s", len(closed), why, closed)

@@ -34,6 +34,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
+from avsim.contracts.week import NOT_RUN, NOT_STARTED, CaseSummary, PhaseSummary, ShardSummary
 from avsim.errors import AvsimError
 from avsim.ledger.documents import DocumentStore
 from avsim.ledger.records import AttemptRecord, OutcomeRecord, Standing, standing
@@ -44,12 +45,6 @@ log = logging.getLogger(__name__)
 
 #: Parallel reads against an object store.
 READ_THREADS = 16
-#: A phase without a committed outcome: never started, or its upstream produced nothing.
-NOT_RUN = "not_run"
-UPSTREAM_FAILED = Outcome.UPSTREAM_FAILED.value
-#: Phase outcomes after which downstream phases can run.
-PRODUCED_OUTPUT = (Outcome.PASSED.value, Outcome.SCENARIO_FAILED.value)
-
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -295,16 +290,21 @@ class Ledger:
         return {k: rec for k, rec in zip(keys, found, strict=True) if rec is not None}
 
     # -- shard summaries ------------------------------------------------------------------------
-    def write_shard_summary(self, shard: int, summary: dict[str, Any]) -> str:
-        uri = self.layout.shard_summary(shard)
-        self._write(uri, summary)
+    def write_shard_summary(self, summary: ShardSummary) -> str:
+        uri = self.layout.shard_summary(summary.shard)
+        self._write(uri, summary.to_json())
         return uri
 
-    def shard_summaries(self) -> list[dict[str, Any]]:
-        """Every shard's summary, by shard index."""
+    def shard_summary(self, shard: int) -> ShardSummary | None:
+        """A shard's summary, or None before its shard run (or ``close_week``) wrote one."""
+        doc = self._read(self.layout.shard_summary(shard))
+        return ShardSummary.model_validate(doc) if doc is not None else None
+
+    def shard_summaries(self) -> list[ShardSummary]:
+        """Every shard's summary, by shard index (one that does not parse fails here, naming its field)."""
         docs = self._read_all(self._list(f"{self.layout.ledger}/shards", "*/result.json"))
-        found = [d for d in docs if isinstance(d, dict)]
-        return sorted(found, key=lambda d: int(d.get("shard", 0)))
+        found = [ShardSummary.model_validate(d) for d in docs if d is not None]
+        return sorted(found, key=lambda s: s.shard)
 
     # -- repairs in place ---------------------------------------------------------------------------
     def record_repair(self, shard: int, parent_try: int, doc: dict[str, Any]) -> str:
@@ -341,18 +341,13 @@ def _replace(rec: AttemptRecord, **changes: Any) -> AttemptRecord:
     return dataclasses.replace(rec, **changes)
 
 
-def case_outcome(phase_outcomes: Iterable[str]) -> str:
-    """The case-level outcome from its phases' outcomes: :func:`avsim.phases.contract.case_class`."""
-    return case_class(phase_outcomes).value
-
-
-def summarize_shard(ledger: Ledger, shard: int, cases: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize_shard(ledger: Ledger, shard: int, cases: list[dict[str, Any]]) -> ShardSummary:
     """A shard's summary from the committed outcomes of its cases' phases.
 
     ``cases``: ``{"case_id", "graph", "phases": [phase, ...] in topological order}``, optionally
     ``"depends_on": {phase: [upstream, ...]}``; without it every earlier phase counts as upstream.
     A phase without a committed outcome is ``upstream_failed`` when an upstream of it produced no
-    output, else ``not_run``.
+    output, else ``not_run``. A case takes :func:`avsim.phases.contract.case_class` of its phases.
     """
     keys = [(str(c["case_id"]), str(p)) for c in cases for p in c["phases"]]
     states = ledger.phase_states(keys)
@@ -361,59 +356,62 @@ def summarize_shard(ledger: Ledger, shard: int, cases: list[dict[str, Any]]) -> 
         cid = str(case["case_id"])
         order = [str(p) for p in case["phases"]]
         deps = case.get("depends_on")
-        phases: dict[str, dict[str, Any]] = {}
+        phases: dict[str, PhaseSummary] = {}
         for i, phase in enumerate(order):
             committed, attempts = states[(cid, phase)]
             if committed is not None:
                 ran = next((a for a in attempts if a.attempt == committed.attempt), None)
-                entry = {
-                    "outcome": committed.outcome.value,
-                    "attempt": committed.attempt,
-                    "output_uri": committed.output_uri,
-                    "reason": committed.reason,
-                    "duration_seconds": ran.duration_seconds if ran else None,
-                }
+                entry = PhaseSummary(
+                    outcome=committed.outcome,
+                    attempt=committed.attempt,
+                    output_uri=committed.output_uri,
+                    reason=committed.reason,
+                    duration_seconds=ran.duration_seconds if ran else None,
+                    attempts=len(attempts),
+                )
             else:
                 ups = deps.get(phase, []) if isinstance(deps, dict) else order[:i]
-                blocked = any(phases.get(u, {}).get("outcome") not in PRODUCED_OUTPUT for u in ups)
+                blocked = any(not _produced_output(phases.get(u)) for u in ups)
                 last = attempts[-1] if attempts else None
-                entry = {
-                    "outcome": UPSTREAM_FAILED if blocked else NOT_RUN,
-                    "attempt": last.attempt if last else None,
-                    "output_uri": "",
-                    "reason": last.reason if last else "",
-                    "duration_seconds": last.duration_seconds if last else None,
-                }
-            entry["attempts"] = len(attempts)
+                entry = PhaseSummary(
+                    outcome=Outcome.UPSTREAM_FAILED if blocked else NOT_RUN,
+                    attempt=last.attempt if last else None,
+                    reason=last.reason if last else "",
+                    duration_seconds=last.duration_seconds if last else None,
+                    attempts=len(attempts),
+                )
             phases[phase] = entry
         out.append(
-            {
-                "case_id": cid,
-                "graph": case.get("graph", ""),
-                "outcome": case_class(e["outcome"] for e in phases.values()).value,
-                "phases": phases,
-            }
+            CaseSummary(
+                case_id=cid,
+                graph=str(case.get("graph", "")),
+                outcome=case_class(e.outcome for e in phases.values()),
+                phases=phases,
+            )
         )
-    return {"shard": shard, "cases": out}
+    return ShardSummary(shard=shard, cases=tuple(out))
 
 
-def unstarted_shard_summary(shard: int, cases: list[dict[str, Any]], why: str) -> dict[str, Any]:
+def _produced_output(phase: PhaseSummary | None) -> bool:
+    """Whether a phase of the summary produced output its downstream phases can consume."""
+    return phase is not None and isinstance(phase.outcome, Outcome) and phase.outcome.produced_output
+
+
+def unstarted_shard_summary(shard: int, cases: list[dict[str, Any]], why: str) -> ShardSummary:
     """The summary of a shard run the week never started: every case ``not_started``, and why.
 
     Written in place of the shard's summary after the week's shards ended, so the run-level phases
     and the report account for every case of a stopped week; a shard run started later (after a
     repair) replaces it with its own summary.
     """
-    from avsim.verdict import NOT_STARTED
-
-    return {
-        "shard": shard,
-        "started": False,
-        "stopped_because": why,
-        "verdict": f"shard {shard}: never started ({why})",
-        "cases": [
-            {"case_id": str(c["case_id"]), "graph": c.get("graph", ""), "outcome": NOT_STARTED, "phases": {}}
+    return ShardSummary(
+        shard=shard,
+        started=False,
+        stopped_because=why,
+        verdict=f"shard {shard}: never started ({why})",
+        cases=tuple(
+            CaseSummary(case_id=str(c["case_id"]), graph=str(c.get("graph", "")), outcome=NOT_STARTED)
             for c in cases
-        ],
-        "counts": {"cases": len(cases), NOT_STARTED: len(cases)},
-    }
+        ),
+        counts={"cases": len(cases), NOT_STARTED: len(cases)},
+    )

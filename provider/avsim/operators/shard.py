@@ -289,10 +289,9 @@ class ShardRunOperator(TriggerDagRunOperator):
             )
 
     def execute_complete(self, context: Any, event: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-        from avsim.storage import exists, read_json
+        from avsim.ledger.store import Ledger
         from avsim.verdict import shard_verdict
 
-        layout = self.descriptor.layout
         _, data = event
         run_id = (data.get("run_ids") or [str(self.trigger_run_id)])[0]
         if data.get(run_id) in self.failed_states:
@@ -300,12 +299,13 @@ class ShardRunOperator(TriggerDagRunOperator):
 
             from avsim.operators.exceptions import ShardNeedsAttention
 
-            if not exists(layout.shard_summary(int(self.shard))):
+            summary = Ledger(self.descriptor.layout).shard_summary(int(self.shard))
+            if summary is None:
                 raise AirflowFailException(
                     f"shard run {run_id} failed before it wrote its summary: open it (Triggered DAG) to see "
                     "which task failed, then clear this task to repair it in place"
                 )
-            verdict = shard_verdict(read_json(layout.shard_summary(int(self.shard))))
+            verdict = shard_verdict(summary)
             if not verdict.needs_attention:
                 raise AirflowFailException(
                     f"shard run {run_id} failed though its summary names no case that needs attention "
@@ -318,9 +318,9 @@ class ShardRunOperator(TriggerDagRunOperator):
 
     def _ended(self, run_id: str, state: Any) -> dict[str, Any]:
         """The task's result once its shard run ended in an allowed state: the shard's counts."""
-        from avsim.storage import read_json
+        from avsim.ledger.store import Ledger
 
-        summary = read_json(self.descriptor.layout.shard_summary(int(self.shard)))
-        counts = dict(summary.get("counts") or {})
+        summary = Ledger(self.descriptor.layout).shard_summary(int(self.shard))
+        counts = dict(summary.counts) if summary is not None else {}
         self.log.info("shard %s finished (%s): %s", self.shard, state, counts)
         return {"shard": int(self.shard), "run_id": run_id, "counts": counts}

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from avsim.contracts.week import ShardSummary
+from avsim.ledger.records import AttemptRecord
 from avsim.phases.contract import Outcome
 
 PASSED = "passed"
@@ -103,13 +105,13 @@ class GateDecision:
 
 
 def gate_decision(
-    first_attempts: Mapping[str, Iterable[Mapping[str, Any]]],
+    first_attempts: Mapping[str, Iterable[AttemptRecord]],
     *,
     threshold: float,
     canary_done: bool,
     build: str,
 ) -> GateDecision:
-    """Decide the gate from each canary case's first-attempt records (``{"outcome", "detail", ...}``).
+    """Decide the gate from each canary case's first-attempt records (their outcome and detail).
 
     ``first_attempts`` maps every canary case id to the ended first attempts of its phases seen so far.
     """
@@ -120,11 +122,11 @@ def gate_decision(
         recs = list(records)
         if recs:
             finished += 1
-        bad = [r for r in recs if _counts_against_build(r.get("outcome"))]
+        bad = [r for r in recs if r.outcome is not None and r.outcome.counts_against_build]
         if bad:
             failed_cases += 1
             for r in bad:
-                key = str(r.get("detail") or r.get("outcome"))
+                key = str(r.detail or (r.outcome.value if r.outcome is not None else ""))
                 failures[key] = failures.get(key, 0) + 1
     counts = ", ".join(f"{k} {v}" for k, v in sorted(failures.items())) or "none"
     summary = f"{failed_cases} of {cases} canary cases failed on build {build} (first attempts: {counts})"
@@ -163,7 +165,7 @@ _PENDING_TASK_STATES = frozenset(
 )
 
 
-def attempt_evidence(record: Mapping[str, Any] | None, since: str) -> str:
+def attempt_evidence(record: AttemptRecord | None, since: str) -> str:
     """Whether a canary phase's attempt record is the gate's evidence (TAKE), says nothing of this
     round (SKIP: look at the phase's next attempt), or has not ended (WAIT).
 
@@ -171,23 +173,20 @@ def attempt_evidence(record: Mapping[str, Any] | None, since: str) -> str:
     nothing about the build; a failure that ended before the round began is the last round's, and the
     repair runs the phase again.
     """
-    if not isinstance(record, Mapping) or not record.get("outcome"):
+    if record is None or record.outcome is None or not record.ended:
         return WAIT
-    if record.get("state", "ended") != "ended":
-        return WAIT
-    outcome = str(record.get("outcome"))
-    if outcome == Outcome.PREEMPTED.value:
+    if record.outcome is Outcome.PREEMPTED:
         return SKIP
-    if since and not _produced_output(outcome) and str(record.get("ended_at") or "") < since:
+    if since and not record.outcome.produced_output and record.ended_at < since:
         return SKIP
     return TAKE
 
 
-def summary_is_current(summary: Mapping[str, Any] | None, since: str) -> bool:
+def summary_is_current(summary: ShardSummary | None, since: str) -> bool:
     """The canary shard run finished this round: its summary exists and was written after ``since``."""
-    if not isinstance(summary, Mapping):
+    if summary is None:
         return False
-    return not since or str(summary.get("written_at") or "") >= since
+    return not since or summary.written_at >= since
 
 
 def round_since(
@@ -215,17 +214,3 @@ def round_since(
     if str(canary_run_state or "").lower() == "failed" and task_state in _PENDING_TASK_STATES:
         return now
     return last_repair_at
-
-
-def _produced_output(outcome: str) -> bool:
-    try:
-        return Outcome(outcome).produced_output
-    except ValueError:
-        return False
-
-
-def _counts_against_build(outcome: Any) -> bool:
-    try:
-        return Outcome(str(outcome)).counts_against_build
-    except ValueError:
-        return False

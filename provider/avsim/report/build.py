@@ -1,7 +1,7 @@
 """The weekly report: one JSON document built from the shard summaries, written with its files.
 
 :func:`build_report` is a pure function of the run's head (``head.json`` of the manifest snapshot),
-the shard summaries (:func:`avsim.ledger.store.summarize_shard`) and the run-level phases' outcomes;
+the shard summaries (:class:`avsim.contracts.week.ShardSummary`) and the run-level phases' outcomes;
 it includes one row per case (``cases``). :func:`write_report` completes it with what needs the
 artifact store (each case's scenario, the comparison with the previous week) and writes, under the
 run's ``report/`` prefix: ``cases.csv`` (the rows), the plots (``progress.svg``, ``durations.svg``,
@@ -22,19 +22,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from avsim.artifacts import RunLayout
+from avsim.contracts.week import NOT_STARTED, ShardSummary
 from avsim.phases.contract import ENDED, FAILURE_ORDER, NOT_RUN, Outcome, values
 from avsim.report.cases import case_row, parse_time
-from avsim.verdict import NOT_STARTED, failing_phase
+from avsim.verdict import failing_phase
 
 #: Case-level outcomes, in the order totals list them.
 CASE_OUTCOMES = (*values(ENDED), NOT_STARTED)
 #: Phase-level outcomes, in the order tables list them.
 PHASE_OUTCOMES = (*CASE_OUTCOMES, Outcome.UPSTREAM_FAILED.value, NOT_RUN)
-#: Phase outcomes that carry a duration worth counting (the phase ran and ended).
-TIMED_OUTCOMES = values(ENDED)
 #: Order of failed cases: the ones that need an engineer first.
 _FAILURE_ORDER = {o.value: i for i, o in enumerate(FAILURE_ORDER)}
-_PASSED = Outcome.PASSED.value
 #: Most points of the progress timeline kept in report.json.
 TIMELINE_POINTS = 200
 REPORT_SCHEMA = "avsim/report/v2"
@@ -99,7 +97,7 @@ def duration_stats(values: Iterable[float]) -> dict[str, float | int]:
 
 def build_report(
     head: dict[str, Any],
-    summaries: list[dict[str, Any]],
+    summaries: list[ShardSummary],
     run_phase_outcomes: dict[str, Any],
     *,
     run_id: str,
@@ -116,43 +114,41 @@ def build_report(
     attempts = {"total": 0, "phases": 0, "retried_phases": 0, "max_attempts": 0}
     seen: set[str] = set()
     rows: list[dict[str, Any]] = []
-    for summary in sorted(summaries, key=lambda s: int(s.get("shard", 0))):
-        for case in summary.get("cases", []):
-            cid = str(case.get("case_id"))
+    for summary in sorted(summaries, key=lambda s: s.shard):
+        for case in summary.cases:
+            cid = case.case_id
             if cid in seen:  # a shard summarized twice (a rerun): count the case once
                 continue
             seen.add(cid)
-            outcome, graph = (
-                str(case.get("outcome", Outcome.INFRA_FAILED.value)),
-                str(case.get("graph") or ""),
-            )
+            outcome, graph = case.outcome_name, case.graph
             totals[outcome] = totals.get(outcome, 0) + 1
-            for phase, entry in (case.get("phases") or {}).items():
-                p_out = str(entry.get("outcome", NOT_RUN))
+            for phase, entry in case.phases.items():
+                p_out = entry.outcome_name
                 _count(overall, phase, p_out)
                 _count(by_graph.setdefault(graph, {}), phase, p_out)
-                n = int(entry.get("attempts") or 0)
+                n = entry.attempts
                 attempts["total"] += n
                 attempts["phases"] += 1 if n else 0
                 attempts["retried_phases"] += 1 if n > 1 else 0
                 attempts["max_attempts"] = max(attempts["max_attempts"], n)
-                seconds = entry.get("duration_seconds")
-                if p_out in TIMED_OUTCOMES and isinstance(seconds, int | float):
-                    durations.setdefault(phase, []).append(float(seconds))
-            failing = failing_phase(case) if outcome != _PASSED else ("", {})
-            rows.append(case_row(case, head, failing, summary.get("shard")))
-            if outcome != _PASSED:
-                phase, entry = failing
+                seconds = entry.duration_seconds
+                if entry.outcome in ENDED and seconds is not None:  # the phase ran and ended
+                    durations.setdefault(phase, []).append(seconds)
+            passed = case.outcome is Outcome.PASSED
+            failing = failing_phase(case) if not passed else ("", None)
+            rows.append(case_row(case, head, failing, summary.shard))
+            if not passed:
+                phase, failed_entry = failing
                 failed.append(
                     {
                         "case_id": cid,
                         "graph": graph,
                         "outcome": outcome,
                         "phase": phase,
-                        "reason": str(entry.get("reason") or ""),
-                        "attempt": entry.get("attempt"),
-                        "output_uri": str(entry.get("output_uri") or ""),
-                        "shard": summary.get("shard"),
+                        "reason": failed_entry.reason if failed_entry else "",
+                        "attempt": failed_entry.attempt if failed_entry else None,
+                        "output_uri": failed_entry.output_uri if failed_entry else "",
+                        "shard": summary.shard,
                     }
                 )
     failed.sort(key=lambda f: (_FAILURE_ORDER.get(f["outcome"], 9), f["graph"], f["case_id"]))

@@ -1,6 +1,6 @@
 """One row per case: what ``cases.csv`` holds and what the week-over-week comparison reads back.
 
-A row is built from a case of a shard summary (:func:`avsim.ledger.store.summarize_shard`) and the
+A row is built from a case of a shard summary (:class:`avsim.contracts.week.CaseSummary`) and the
 run's head (for the GPUs of each phase); the scenario of the case comes from the shard's case list,
 which the weekly run wrote when it cut the week into shards.
 """
@@ -13,8 +13,9 @@ import io
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from avsim.contracts.week import CaseSummary, PhaseSummary
 from avsim.phases.contract import ENDED as ENDED_OUTCOMES
-from avsim.phases.contract import Outcome, values
+from avsim.phases.contract import Outcome
 
 #: The fixed columns of ``cases.csv``; then one ``<phase>_seconds`` column per phase seen in the week.
 BASE_COLUMNS = (
@@ -34,9 +35,6 @@ BASE_COLUMNS = (
     "finished_at",
     "shard",
 )
-#: Phase outcomes after which a phase counts as having ended (and its attempt as having run).
-ENDED = values(ENDED_OUTCOMES)
-_PASSED = Outcome.PASSED.value
 
 
 def parse_time(value: Any) -> dt.datetime | None:
@@ -52,10 +50,10 @@ def parse_time(value: Any) -> dt.datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
-def phase_gpus(head: Mapping[str, Any], graph: str, phase: str, entry: Mapping[str, Any]) -> int:
+def phase_gpus(head: Mapping[str, Any], graph: str, phase: str, entry: PhaseSummary) -> int:
     """GPUs the phase held: the summary's own ``gpus`` when it has it, else the graph's resources."""
-    if isinstance(entry.get("gpus"), int):
-        return int(entry["gpus"])
+    if entry.gpus is not None:
+        return entry.gpus
     graphs = head.get("graphs")
     spec = graphs.get(graph, {}).get("phases", {}).get(phase, {}) if isinstance(graphs, Mapping) else {}
     resources = spec.get("resources", {}) if isinstance(spec, Mapping) else {}
@@ -66,47 +64,44 @@ def phase_gpus(head: Mapping[str, Any], graph: str, phase: str, entry: Mapping[s
 
 
 def case_row(
-    case: Mapping[str, Any],
+    case: CaseSummary,
     head: Mapping[str, Any],
-    failing: tuple[str, Mapping[str, Any]],
-    shard: Any,
+    failing: tuple[str, PhaseSummary | None],
+    shard: int | None,
 ) -> dict[str, Any]:
     """The row of one case of a shard summary. ``failing``: its failing phase and that phase's entry."""
-    graph = str(case.get("graph") or "")
-    phases: Mapping[str, Any] = case.get("phases") or {}
+    graph = case.graph
     attempts = retried = 0
     seconds = gpu_seconds = 0.0
     durations: dict[str, float | None] = {}
     starts: list[dt.datetime] = []
     ends: list[dt.datetime] = []
-    for name, entry in phases.items():
-        if not isinstance(entry, Mapping):
-            continue
-        n = int(entry.get("attempts") or 0)
+    for name, entry in case.phases.items():
+        n = entry.attempts
         attempts += n
         retried += 1 if n > 1 else 0
-        took = entry.get("duration_seconds")
-        if entry.get("outcome") in ENDED and isinstance(took, int | float):
-            durations[str(name)] = round(float(took), 3)
-            seconds += float(took)
-            gpu_seconds += float(took) * phase_gpus(head, graph, str(name), entry)
+        took = entry.duration_seconds
+        if entry.outcome in ENDED_OUTCOMES and took is not None:
+            durations[name] = round(took, 3)
+            seconds += took
+            gpu_seconds += took * phase_gpus(head, graph, name, entry)
         else:
-            durations[str(name)] = None
-        for key, into in (("started_at", starts), ("ended_at", ends)):
-            when = parse_time(entry.get(key))
+            durations[name] = None
+        for stamp, into in ((entry.started_at, starts), (entry.ended_at, ends)):
+            when = parse_time(stamp)
             if when is not None:
                 into.append(when)
-    phase, entry = failing
-    outcome = str(case.get("outcome") or "")
+    phase, failed_entry = failing
+    failed = case.outcome is not Outcome.PASSED
     return {
-        "case_id": str(case.get("case_id")),
+        "case_id": case.case_id,
         "graph": graph,
         "scenario_uri": "",
         "scenario_version": "",
-        "outcome": outcome,
-        "failing_phase": phase if outcome != _PASSED else "",
-        "failing_class": str(entry.get("outcome") or "") if outcome != _PASSED else "",
-        "reason": str(entry.get("reason") or "") if outcome != _PASSED else "",
+        "outcome": case.outcome_name,
+        "failing_phase": phase if failed else "",
+        "failing_class": failed_entry.outcome_name if failed and failed_entry is not None else "",
+        "reason": failed_entry.reason if failed and failed_entry is not None else "",
         "attempts": attempts,
         "retried_phases": retried,
         "seconds": round(seconds, 3),

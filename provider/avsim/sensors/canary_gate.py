@@ -24,12 +24,15 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator
 
 from avsim.contracts import RunDescriptor
+from avsim.contracts.week import canary_plan
 from avsim.operators.exceptions import CanaryGateFailed
+from avsim.plan.canary import PASSED, round_since
 
 
 class CanaryGateSensor(BaseSensorOperator):
-    """:param run: the run descriptor (XComArg of ``prepare``); :param canary: the canary descriptor
-    (``{"cases": {case: [phases]}, "threshold": ..., "shard": ...}``, or empty for no canary)."""
+    """:param run: the run descriptor (XComArg of ``prepare``); :param canary: the canary plan
+    (XComArg ``canary`` of ``prepare``: a :class:`avsim.contracts.week.CanaryPlan` as JSON, or empty
+    for a week without a canary stage)."""
 
     template_fields: Sequence[str] = ("run", "canary")
     ui_color = "#f3ecd8"
@@ -54,40 +57,32 @@ class CanaryGateSensor(BaseSensorOperator):
         self.canary_task_id = canary_task_id
 
     def execute(self, context: Any) -> Any:
-        canary = dict(self.canary or {})
-        if not canary.get("cases"):
+        plan = canary_plan(self.canary)
+        if plan is None:
             self.log.info("this week has no canary stage (too few cases): the gate is open")
-            return {"state": "passed", "cases": 0, "message": "no canary stage"}
+            return {"state": PASSED, "cases": 0, "message": "no canary stage"}
         from avsim.triggers.canary import CanaryGateTrigger
 
         run = RunDescriptor.model_validate(self.run)
         self.defer(
             trigger=CanaryGateTrigger(
-                artifact_root=run.artifact_root,
-                run_key=run.run_key,
-                canary_cases=canary["cases"],
-                threshold=float(canary["threshold"]),
-                build=run.build_id,
-                shard=int(canary.get("shard", 0)),
+                plan=plan.to_json(),
                 poll_interval=self.poll_interval,
-                image=run.image,
-                since=self.round_since(context, run),
+                since=self.round_since(context, run, plan.shard),
             ),
             method_name="execute_complete",
             # Every deferral ends: a canary that never finishes fails the gate after the sensor's timeout.
             timeout=dt.timedelta(seconds=float(self.timeout)),
         )
 
-    def round_since(self, context: Any, run: RunDescriptor) -> str:
+    def round_since(self, context: Any, run: RunDescriptor, canary_shard: int) -> str:
         """When this gate's round began ("" in the week's first round: every attempt is evidence)."""
         from avsim.artifacts import CANARY_RUN_SUFFIX
         from avsim.ledger.store import Ledger
-        from avsim.plan.canary import round_since
 
         ti = context["ti"]
         max_tries = int(getattr(ti, "max_tries", 0) or 0)
         gate_round = max(1, max_tries - int(self.retries or 0) + 1)
-        canary_shard = int(dict(self.canary or {}).get("shard", 0))
         repairs = [r for r in Ledger(run.layout).repairs() if int(r.get("shard", -1)) == canary_shard]
         last_repair_at = max((str(r.get("at") or "") for r in repairs), default="")
         if gate_round <= 1 and not last_repair_at:
@@ -131,7 +126,7 @@ class CanaryGateSensor(BaseSensorOperator):
             from airflow.sdk.exceptions import AirflowException
 
             raise AirflowException(f"canary gate could not decide: {event.get('message')}")
-        passed = status == "passed"
+        passed = status == PASSED
         metrics.canary_decision(RunDescriptor.model_validate(self.run).build_id, passed)
         self.log.info("%s", event.get("message"))
         if not passed:

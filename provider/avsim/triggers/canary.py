@@ -13,12 +13,16 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import AsyncIterator
+from functools import cached_property
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from avsim.artifacts import RunLayout
+from avsim.contracts.week import CanaryPlan, ShardSummary
+from avsim.ledger.records import AttemptRecord
 from avsim.plan.canary import (
+    FAILED,
     SKIP,
     TAKE,
     WAITING,
@@ -30,58 +34,45 @@ from avsim.plan.canary import (
 
 
 class CanaryGateTrigger(BaseTrigger):
-    """:param canary_cases: canary case id -> its phase names. :param shard: the canary's shard index.
+    """:param plan: the week's canary plan (:class:`avsim.contracts.week.CanaryPlan`, as JSON): its
+        cases and their phases, its shard, the gate's threshold, and the run (artifact root, run key,
+        build and image) in its shard run's conf.
     :param since: when the gate's round began (ISO-8601 UTC; "" for the first round: every attempt
         counts), see :func:`avsim.plan.canary.round_since`.
     """
 
-    def __init__(
-        self,
-        *,
-        artifact_root: str,
-        run_key: str,
-        canary_cases: dict[str, list[str]],
-        threshold: float,
-        build: str,
-        shard: int = 0,
-        poll_interval: float = 30.0,
-        image: str = "",
-        since: str = "",
-    ) -> None:
+    def __init__(self, *, plan: dict[str, Any], poll_interval: float = 30.0, since: str = "") -> None:
         super().__init__()
-        self.artifact_root = artifact_root
-        self.run_key = run_key
-        self.canary_cases = {str(k): list(v) for k, v in canary_cases.items()}
-        self.threshold = float(threshold)
-        self.build = build
-        self.shard = int(shard)
+        #: As given (JSON): parsed where it is read, in :meth:`run`'s error handling.
+        self.plan_doc = dict(plan)
         self.poll_interval = float(poll_interval)
-        #: The build's image reference: a failed gate opens the breaker of its digest at once.
-        self.image = image
         self.since = since
         #: (case, phase) -> the attempt number to read next, until the phase is decided.
         self._next_attempt: dict[tuple[str, str], int] = {}
 
+    @cached_property
+    def plan(self) -> CanaryPlan:
+        return CanaryPlan.model_validate(self.plan_doc)
+
+    @property
+    def canary_cases(self) -> dict[str, tuple[str, ...]]:
+        """Canary case id -> its phase names."""
+        return self.plan.cases
+
+    @property
+    def layout(self) -> RunLayout:
+        return self.plan.conf.run.layout
+
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "artifact_root": self.artifact_root,
-                "run_key": self.run_key,
-                "canary_cases": self.canary_cases,
-                "threshold": self.threshold,
-                "build": self.build,
-                "shard": self.shard,
-                "poll_interval": self.poll_interval,
-                "image": self.image,
-                "since": self.since,
-            },
+            {"plan": self.plan_doc, "poll_interval": self.poll_interval, "since": self.since},
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        seen: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in self.canary_cases}
         last_state: dict[str, Any] | None = None
         try:
+            seen: dict[str, dict[str, AttemptRecord]] = {c: {} for c in self.canary_cases}
             while True:
                 decision = await asyncio.to_thread(self.check, seen)
                 state = decision.to_json()
@@ -95,12 +86,12 @@ class CanaryGateTrigger(BaseTrigger):
         except Exception as exc:
             yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
 
-    def check(self, seen: dict[str, dict[str, dict[str, Any]]]) -> GateDecision:
+    def check(self, seen: dict[str, dict[str, AttemptRecord]]) -> GateDecision:
         """One look at the ledger (blocking; runs in a thread). ``seen``: the decided phases' evidence."""
         from avsim.ledger.documents import DocumentStore
 
         docs = DocumentStore()
-        layout = RunLayout(self.artifact_root, self.run_key)
+        layout = self.layout
         cursor = self._next_attempt
         for case_id, phases in self.canary_cases.items():
             for phase in phases:
@@ -108,39 +99,41 @@ class CanaryGateTrigger(BaseTrigger):
                     continue
                 n = cursor.get((case_id, phase), 1)
                 while True:  # the phase's attempts in order, until one is this round's evidence
-                    rec = docs.read(layout.attempt_record(case_id, phase, n))
+                    doc = docs.read(layout.attempt_record(case_id, phase, n))
+                    rec = AttemptRecord.from_json(doc) if isinstance(doc, dict) else None
                     step = attempt_evidence(rec, self.since)
-                    if step == TAKE and isinstance(rec, dict):
+                    if step == TAKE and rec is not None:
                         seen[case_id][phase] = rec
                     if step != SKIP:
                         break
                     n += 1
                 cursor[(case_id, phase)] = n
-        done = summary_is_current(docs.read(layout.shard_summary(self.shard)), self.since)
+        doc = docs.read(layout.shard_summary(self.plan.shard))
+        summary = ShardSummary.model_validate(doc) if doc is not None else None
         return gate_decision(
             {c: list(v.values()) for c, v in seen.items()},
-            threshold=self.threshold,
-            canary_done=done,
-            build=self.build,
+            threshold=self.plan.threshold,
+            canary_done=summary_is_current(summary, self.since),
+            build=self.plan.conf.run.build_id,
         )
 
     def record(self, decision: GateDecision) -> None:
         from avsim.ledger.documents import DocumentStore
 
-        if decision.state == "failed" and self.image:
+        run = self.plan.conf.run
+        if decision.state == FAILED and run.image:
             # Stop the build at the moment of the decision, not when a worker next runs the sensor:
             # canary attempts not yet started (retries included) then fail fast as bad_build.
             from avsim.ledger.breaker import Breaker, image_digest
 
-            Breaker(self.artifact_root, image_digest(self.image), self.build).trip(
-                f"canary gate: {decision.to_json().get('message', 'failed')}"
+            Breaker(run.artifact_root, image_digest(run.image), run.build_id).trip(
+                f"canary gate: {decision.message or FAILED}"
             )
-        layout = RunLayout(self.artifact_root, self.run_key)
         DocumentStore().put(
-            layout.canary_gate,
+            self.layout.canary_gate,
             {
                 **decision.to_json(),
-                "build_id": self.build,
+                "build_id": run.build_id,
                 "round_since": self.since,
                 "updated_at": dt.datetime.now(dt.UTC).isoformat(),
             },
