@@ -234,3 +234,42 @@ def test_the_documents_of_the_run_are_shown_when_they_exist(world: Any) -> None:
     # 2026-12-09T12:00 + 4 d 7 h is 2026-12-13T19:00, an hour after the 18:00 deadline.
     assert doc["deadline"]["seconds_late"] == 3600.0
     assert doc["canary"]["state"] == "passed" and doc["breaker"]["state"] == "open"
+
+
+def _set_descriptor(engine: Any, run_id: str, value: Any) -> None:
+    """Rewrite the run descriptor the weekly run's prepare pushed (XCom ``run``)."""
+    from airflow.models.xcom import XComModel
+
+    with engine.begin() as conn:
+        conn.execute(
+            update(XComModel.__table__)
+            .where(XComModel.__table__.c.run_id == run_id, XComModel.__table__.c.key == "run")
+            .values(value=value)
+        )
+
+
+def test_the_page_reads_prepares_run_descriptor_as_the_contract(world: Any, caplog: Any) -> None:
+    """Issue 30 (3): the page parses the run descriptor as :class:`RunDescriptor`, so its fields are
+    the contract's; one that does not parse (a misspelt field) is named in the log, and the page
+    falls back to what it derives, as it does before prepare pushed one."""
+    from avsim.artifacts import run_key_for
+    from avsim.contracts import RunDescriptor
+
+    engine, root, spec, _truth = world
+    with Session(engine) as s:
+        ref = resolve_week(s, "avsim_weekly", spec.run_id, "file:///elsewhere")
+    assert ref is not None and isinstance(ref.descriptor, RunDescriptor)
+    assert (ref.descriptor.case_count, ref.descriptor.artifact_root) == (spec.cases, root)
+    assert ref.run_key == ref.descriptor.run_key == run_key_for("avsim_weekly", spec.run_id)
+
+    with Session(engine) as s:
+        good = week_progress(s, ref, gpu_pools=GPU_POOLS, now=NOW)
+    assert good["manifest"]["manifest_sha256"] == "d" * 64
+
+    misspelt = {"run_key": "avsim_weekly__elsewhere", "artifact_root": root, "case_cuont": 1}
+    _set_descriptor(engine, spec.run_id, misspelt)
+    with Session(engine) as s, caplog.at_level("WARNING"):
+        ref = resolve_week(s, "avsim_weekly", spec.run_id, "file:///elsewhere")
+    assert ref is not None and ref.descriptor is None
+    assert (ref.run_key, ref.artifact_root) == (run_key_for("avsim_weekly", spec.run_id), "file:///elsewhere")
+    assert "case_cuont" in caplog.text

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from avsim import airflow_internals
 from avsim.artifacts import RunLayout, run_key_for, shard_dag_id
 from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
-from avsim.ui import urls
+from avsim.ui import run_docs, urls
 from avsim.ui.files import check_segment, resolve
 
 
@@ -28,7 +28,8 @@ def weekly_run_of(session: Session, run_key: str) -> tuple[str, str] | None:
             XComModel.key == RUN_XCOM_KEY, XComModel.task_id == PREPARE_TASK_ID
         )
     ).all():
-        key = value.get("run_key") if isinstance(value, Mapping) else None
+        desc = run_docs.run_descriptor(value, f"{dag_id} {run_id}")
+        key = desc.run_key if desc else None
         if key == run_key or run_key_for(dag_id, run_id) == run_key:
             return str(dag_id), str(run_id)
     return None

@@ -17,15 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from avsim.phases.contract import NOT_RUN
+from avsim.phases.contract import NOT_RUN, Detail
 from avsim.verdict import needs_attention
 
 #: Airflow states of a weekly run that is over (until someone clears it).
 ENDED_STATES = ("success", "failed")
 #: Task-instance states of a phase being worked on.
 _ACTIVE = ("running", "queued", "deferred", "up_for_retry", "up_for_reschedule", "restarting", "scheduled")
-#: The detail an attempt refused by the open breaker is recorded with.
-BREAKER_OPEN = "breaker_open"
 
 
 def run_ended(state: str | None) -> bool:
@@ -74,7 +72,7 @@ def run_phase_view(
     base = {"phase": phase, "task_state": state}
     if state in _ACTIVE:  # cleared or retried: an earlier round's record no longer says how it ends
         return {**base, "outcome": None, "shown": "running", "attention": False, "text": "running"}
-    if record is not None and str(getattr(record, "detail", "")) == BREAKER_OPEN:
+    if record is not None and record.detail == Detail.BREAKER_OPEN:
         return {
             **base,
             "outcome": record.outcome.value,

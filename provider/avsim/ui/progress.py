@@ -40,6 +40,9 @@ TERMINAL = ("success", "failed", "upstream_failed", "skipped", "removed")
 ACTIVE = ("running", "queued", "up_for_retry", "up_for_reschedule", "deferred", "restarting")
 #: A failed phase task that published no outcome (its worker died before it could).
 FAILED = "failed"
+#: The page's classes of a phase that is not over: being worked on, not started yet, and one whose
+#: tasks were all skipped (a GPU phase's unused twin).
+RUNNING, WAITING, SKIPPED = "running", "waiting", "skipped"
 #: How a case takes its class on this page, generated from the one precedence
 #: (:data:`avsim.phases.contract.CASE_PRECEDENCE`): (case class, the phase classes that give it),
 #: most specific first. Two page-only phase classes join it: ``failed`` (a failed phase whose class
@@ -49,7 +52,7 @@ CASE_RULES: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
     rule
     for cls in CASE_PRECEDENCE
     for rule in (
-        ((FAILED, (FAILED,)), (cls.value, (*PHASES_GIVING[cls], "skipped")))
+        ((FAILED, (FAILED,)), (cls.value, (*PHASES_GIVING[cls], SKIPPED)))
         if cls is Outcome.INFRA_FAILED
         else ((cls.value, PHASES_GIVING[cls]),)
     )
@@ -71,15 +74,15 @@ OUTCOME_XCOM = OUTCOME_XCOM_KEY
 RANK = {
     Outcome.SCENARIO_FAILED.value: 91,
     Outcome.PASSED.value: 90,
-    "running": 80,
+    RUNNING: 80,
     **{c: 76 - i for i, c in enumerate(c for c in CASE_CLASSES if c not in values(RESULTS))},
     Outcome.UPSTREAM_FAILED.value: 60,
-    "waiting": 50,
+    WAITING: 50,
     NOT_RUN: 30,
-    "skipped": 20,
+    SKIPPED: 20,
 }
 #: Phase classes of a phase that is over.
-_ENDED = tuple(c for c in RANK if c not in ("running", "waiting"))
+_ENDED = tuple(c for c in RANK if c not in (RUNNING, WAITING))
 CACHE_SECONDS = 300.0
 
 
@@ -197,13 +200,14 @@ def _phase_tis(shard_dag_id: str, run_ids: Sequence[str], task_ids: Sequence[str
     outcome = _xcom_of(shard_dag_id, TI, (OUTCOME_XCOM, "return_value"), "outcome")
     recorded = _xcom_of(shard_dag_id, TI, (OUTCOME_XCOM,), "outcome")
     cls = case(
-        (TI.state == "success", func.coalesce(outcome, literal("passed"))),
-        (TI.state == "failed", func.coalesce(recorded, literal("failed"))),
-        (TI.state == "upstream_failed", literal("upstream_failed")),
-        (TI.state == "skipped", literal("skipped")),
-        (TI.state == "removed", literal("not_run")),
-        (TI.state.in_(ACTIVE), literal("running")),
-        else_=literal("waiting"),
+        # Airflow's task-instance states (left) to the page's classes (right, from the vocabulary).
+        (TI.state == "success", func.coalesce(outcome, literal(Outcome.PASSED.value))),
+        (TI.state == "failed", func.coalesce(recorded, literal(FAILED))),
+        (TI.state == "upstream_failed", literal(Outcome.UPSTREAM_FAILED.value)),
+        (TI.state == "skipped", literal(SKIPPED)),
+        (TI.state == "removed", literal(NOT_RUN)),
+        (TI.state.in_(ACTIVE), literal(RUNNING)),
+        else_=literal(WAITING),
     )
     family = {t: t.split(".", 1)[0] for t in task_ids}
     phase = {t: t.split(".", 1)[1].removesuffix(ON_DEMAND_SUFFIX) for t in task_ids}
@@ -293,8 +297,8 @@ def compute_digests(
             per_phase.c.run_id.label("run_id"),
             case(
                 (ended == func.count(), literal("done")),
-                (or_(_flag(r == RANK["running"]) == 1, ended > 0), literal("running")),
-                else_=literal("waiting"),
+                (or_(_flag(r == RANK[RUNNING]) == 1, ended > 0), literal(RUNNING)),
+                else_=literal(WAITING),
             ).label("status"),
             case(
                 *(
@@ -358,13 +362,13 @@ def compute_digests(
             t.c.try_number,
             t.c.end_date,
             _xcom_of(shard_dag_id, t.c, (OUTCOME_XCOM,), "reason"),
-        ).where(or_(t.c.state == "failed", t.c.cls == "scenario_failed")),
+        ).where(or_(t.c.state == "failed", t.c.cls == Outcome.SCENARIO_FAILED.value)),
     )
     by_rank = {v: k for k, v in RANK.items()}
     for row in session.execute(statement).all():
         d = digests[row.run_id]
         if row.kind == "phase":
-            d.phases[(row.a, by_rank.get(int(row.b), "waiting"))] = (int(row.n), float(row.x or 0))
+            d.phases[(row.a, by_rank.get(int(row.b), WAITING))] = (int(row.n), float(row.x or 0))
         elif row.kind == "case":
             d.cases[(row.a, row.b)] = int(row.n)
         elif row.kind == "gpu":

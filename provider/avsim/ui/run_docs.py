@@ -9,12 +9,16 @@ store's layout is in docs/design.md.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from avsim.artifacts import RunLayout, breaker_uri
+from avsim.contracts import RunDescriptor
 from avsim.report.cases import parse_time
+
+log = logging.getLogger(__name__)
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -28,6 +32,22 @@ def read_doc(uri: str) -> dict[str, Any] | None:
     except (FileNotFoundError, ValueError, OSError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def run_descriptor(value: Any, where: str) -> RunDescriptor | None:
+    """The run descriptor ``prepare`` pushed (its XCom ``run``, ``where``), parsed as the contract; None
+    when there is none yet, or when it does not parse (logged, naming the fields): the page then
+    derives the run key and takes the configured root, as before ``prepare`` ran."""
+    if not isinstance(value, Mapping) or not value:
+        return None
+    from pydantic import ValidationError
+
+    try:
+        return RunDescriptor.model_validate(value)
+    except ValidationError as exc:
+        fields = ", ".join(".".join(str(p) for p in e["loc"]) + f" ({e['msg']})" for e in exc.errors())
+        log.warning("the run descriptor of %s does not parse, ignored: %s", where, fields)
+        return None
 
 
 def _missing(what: str) -> dict[str, Any]:

@@ -20,12 +20,15 @@ from sqlalchemy.orm import Session
 
 from avsim import airflow_internals
 from avsim.artifacts import RUN_LEVEL_CASE, RunLayout, run_key_for
-from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
-from avsim.phases.contract import RESULTS, values
+from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY, RunDescriptor
+from avsim.phases.contract import NOT_RUN, RESULTS, Outcome, values
 from avsim.ui import ended, run_docs, urls
 from avsim.ui.progress import (
     CASE_CLASSES,
     FAILURE_ORDER,
+    RUNNING,
+    SKIPPED,
+    WAITING,
     Digest,
     DigestCache,
     ShardRun,
@@ -42,13 +45,14 @@ _PHASE_ORDER = ("prepare", "simulate", "perceive", "evaluate", "render", "report
 
 @dataclass(frozen=True)
 class WeekRef:
-    """A weekly run: its DAG and run id, its shard DAG, its run key and artifact root."""
+    """A weekly run: its DAG and run id, its shard DAG, its run key and artifact root, and the run
+    descriptor its ``prepare`` pushed (None before it did)."""
 
     dag_id: str
     run_id: str
     run_key: str
     artifact_root: str
-    descriptor: Mapping[str, Any]
+    descriptor: RunDescriptor | None
 
     @property
     def shard_dag_id(self) -> str:
@@ -84,8 +88,8 @@ def resolve_week(session: Session, dag_id: str, run_id: str, default_root: str) 
             XComModel.dag_run_id == found, XComModel.task_id == PREPARE_TASK_ID, XComModel.key == RUN_XCOM_KEY
         )
     ).scalar_one_or_none()
-    desc = value if isinstance(value, Mapping) else {}
-    if not desc:
+    desc = run_docs.run_descriptor(value, f"{dag_id} {run_id}")
+    if not value:  # prepare has not pushed one (yet): a weekly run if its DAG has a shard DAG
         DagModel = airflow_internals.models()["DagModel"]
 
         shard_dag = session.execute(
@@ -96,8 +100,8 @@ def resolve_week(session: Session, dag_id: str, run_id: str, default_root: str) 
     return WeekRef(
         dag_id=dag_id,
         run_id=run_id,
-        run_key=str(desc.get("run_key") or run_key_for(dag_id, run_id)),
-        artifact_root=str(desc.get("artifact_root") or default_root),
+        run_key=desc.run_key if desc else run_key_for(dag_id, run_id),
+        artifact_root=desc.artifact_root if desc else default_root,
         descriptor=desc,
     )
 
@@ -140,6 +144,10 @@ def _phase_order(head_graphs: Mapping[str, Any] | None, names: Iterable[str]) ->
     return sorted(set(names), key=lambda p: (rank.get(p, len(rank)), p))
 
 
+#: A phase's classes that spent no time of their own: not over, or never ran.
+_UNTIMED = (RUNNING, WAITING, Outcome.UPSTREAM_FAILED.value, NOT_RUN, SKIPPED)
+
+
 def _phases(digests: Iterable[Digest], head_graphs: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     per: dict[str, dict[str, Any]] = {}
     for d in digests:
@@ -147,14 +155,14 @@ def _phases(digests: Iterable[Digest], head_graphs: Mapping[str, Any] | None) ->
             p = per.setdefault(phase, {"total": 0, "by_class": Counter(), "seconds": 0.0, "timed": 0})
             p["total"] += n
             p["by_class"][cls] += n
-            if cls not in ("running", "waiting", "upstream_failed", "not_run", "skipped"):
+            if cls not in _UNTIMED:
                 p["seconds"] += seconds
                 p["timed"] += n
     out = []
     for phase in _phase_order(head_graphs, per):
         p = per[phase]
         by_class: Counter[str] = p["by_class"]
-        running, waiting = by_class.get("running", 0), by_class.get("waiting", 0)
+        running, waiting = by_class.get(RUNNING, 0), by_class.get(WAITING, 0)
         out.append(
             {
                 "phase": phase,
@@ -162,7 +170,7 @@ def _phases(digests: Iterable[Digest], head_graphs: Mapping[str, Any] | None) ->
                 "done": p["total"] - running - waiting,
                 "running": running,
                 "waiting": waiting,
-                "by_class": {k: v for k, v in sorted(by_class.items()) if k not in ("running", "waiting")},
+                "by_class": {k: v for k, v in sorted(by_class.items()) if k not in (RUNNING, WAITING)},
                 "mean_seconds": round(p["seconds"] / p["timed"], 1) if p["timed"] else None,
             }
         )
@@ -369,6 +377,7 @@ def week_progress(
     """The page's document for the weekly run ``ref`` (see the module doc)."""
     now = now or dt.datetime.now(dt.UTC)
     layout = ref.layout
+    desc = ref.descriptor
     head = run_docs.head(layout)
     plan = run_docs.plan(layout)
     head_doc = run_docs.read_doc(layout.head_uri) or {}
@@ -379,7 +388,7 @@ def week_progress(
     planned_cases = next(
         (
             int(v)
-            for v in (head.get("case_count"), plan.get("cases"), ref.descriptor.get("case_count"))
+            for v in (head.get("case_count"), plan.get("cases"), desc.case_count if desc else None)
             if isinstance(v, int)
         ),
         None,
@@ -395,7 +404,7 @@ def week_progress(
         if canary_run
         else None
     )
-    shard_total = ref.descriptor.get("shard_count")
+    shard_total = desc.shard_count if desc else None
     row = _run_row(session, ref)
     breaker = run_docs.breaker(ref.artifact_root, head.get("image"), canary.get("digest"))
     over = ended.run_ended(row["state"])
@@ -418,7 +427,7 @@ def week_progress(
             **row,
             "url": urls.airflow_run(ref.dag_id, ref.run_id, base),
         },
-        "manifest": {**head, "manifest_sha256": ref.descriptor.get("manifest_sha256")},
+        "manifest": {**head, "manifest_sha256": desc.manifest_sha256 if desc else None},
         "cases": cases,
         "run_phases": _run_phases(
             layout, head_doc if isinstance(head_doc, Mapping) else {}, row["tasks"], cases
