@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from avsim.artifacts import RunLayout
-from avsim.contracts.week import ShardSummary
+from avsim.contracts.week import NOT_STARTED, ShardSummary
+from avsim.phases.contract import ENDED, NOT_RUN, Outcome
 from avsim.report.build import build_report, duration_stats, write_report
 from avsim.report.html import render_html
 
@@ -213,3 +214,22 @@ def test_a_stopped_week_s_report_makes_no_pace_claim() -> None:
     assert "ahead" not in stopped and "planned pace by then" not in stopped
     done = {**progress, "finished_cases": 400, "ahead_by_cases": 397.4}
     assert "ahead by 397.40 cases" in render_html({**report(), "progress": done})
+
+
+def test_every_class_the_page_shows_has_its_colour_from_the_vocabulary() -> None:
+    """Issue 30 (1): the page's class colours are generated from the outcome vocabulary, not a copied
+    list: every class a card, a table cell or a failed row can carry has a rule, an attempt's class in
+    its plot's colour, a phase that never ran in the infrastructure failure's, and the cases a stopped
+    week never started (a card the copied list had no colour for) in a neutral one."""
+    import re
+
+    from avsim.report.build import PHASE_OUTCOMES
+    from avsim.report.plots import COLOURS
+
+    page = render_html(report())
+    css = page[page.index("<style>") : page.index("</style>")]
+    rules = dict(re.findall(r"\.([a-z_]+)\{color:(#[0-9a-f]{6})\}", css))
+    assert set(PHASE_OUTCOMES) <= set(rules), set(PHASE_OUTCOMES) - set(rules)
+    assert {o.value: rules[o.value] for o in ENDED} == COLOURS
+    assert rules[Outcome.UPSTREAM_FAILED.value] == rules[NOT_RUN] == COLOURS[Outcome.INFRA_FAILED.value]
+    assert rules[NOT_STARTED] not in COLOURS.values()

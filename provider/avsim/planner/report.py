@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from avsim.phases.contract import Outcome
 from avsim.planner.bounds import GpuSearch, LowerBound, lower_bound, smallest_gpus
 from avsim.planner.options import STRATEGIES, Capacity, SimOptions
 from avsim.planner.simulate import SimResult, simulate
@@ -121,7 +122,7 @@ def format_table(plan: CapacityPlan) -> str:
         "GPU-hours",
         "GPU util",
         "first case",
-        "preempted",
+        Outcome.PREEMPTED.value,  # attempts the simulation preempted, named as the class they end in
         "GPUs for deadline",
     )
     rows = [header]

@@ -6,8 +6,10 @@ from collections.abc import Iterable, Mapping
 from html import escape
 from typing import Any
 
-from avsim.phases.contract import Outcome
+from avsim.contracts.week import NOT_STARTED
+from avsim.phases.contract import NOT_RUN, Outcome
 from avsim.report.build import CASE_OUTCOMES, PHASE_OUTCOMES
+from avsim.report.plots import COLOURS
 
 #: The failed-cases table lists at most this many rows; report.json has them all.
 MAX_FAILED_ROWS = 2000
@@ -41,14 +43,22 @@ th,td{padding:6px 10px;border-bottom:1px solid #e6e8ec;text-align:left;vertical-
 th{background:#eef0f4;font-weight:600}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 td.reason{max-width:560px;word-break:break-word;color:#3d4657}
-.passed{color:#1c7c3c}.scenario_failed{color:#b35c00}.bad_input{color:#a1127b}
-.infra_failed,.upstream_failed,.not_run{color:#c0262d}.preempted{color:#6a4fb3}.bad_build{color:#5b2a0e}
 figure{margin:0 0 14px;background:#fff;box-shadow:0 1px 2px #0002;padding:8px;display:inline-block}
 figure img{max-width:100%}
 figcaption{color:#5b6475;font-size:12px}
 .zero{color:#b7bcc6}
 .note{color:#5b6475}
 """
+#: Each class the page shows -> its colour: an attempt's class in its plot's colour, a phase that
+#: never ran (upstream failed, not run) as an infrastructure failure, a case the week never started
+#: in the notes' neutral grey.
+_CLASS_COLOURS = {
+    **COLOURS,
+    Outcome.UPSTREAM_FAILED.value: COLOURS[Outcome.INFRA_FAILED.value],
+    NOT_RUN: COLOURS[Outcome.INFRA_FAILED.value],
+    NOT_STARTED: "#5b6475",
+}
+_CSS += "".join(f".{cls}{{color:{colour}}}" for cls, colour in _CLASS_COLOURS.items()) + "\n"
 
 
 def _fmt(value: Any) -> str:
@@ -257,13 +267,13 @@ def _rerun(report: Mapping[str, Any]) -> str:
     build = rerun.get("build")
     if build == "same":
         verdict = (
-            '<b class="passed" data-rerun-build="same">the same pinned build</b> '
+            f'<b class="{Outcome.PASSED.value}" data-rerun-build="same">the same pinned build</b> '
             f"<code>{escape(_fmt(this_build.get('build_id')))}</code> "
             f"(<code>{escape(_fmt(this_build.get('image')))}</code>)"
         )
     elif build == "new":
         verdict = (
-            '<b class="scenario_failed" data-rerun-build="new">a new build</b> '
+            f'<b class="{Outcome.SCENARIO_FAILED.value}" data-rerun-build="new">a new build</b> '
             f"<code>{escape(_fmt(this_build.get('build_id')))}</code> "
             f"(<code>{escape(_fmt(this_build.get('image')))}</code>), not the original's "
             f"<code>{escape(_fmt(original.get('build_id')))}</code> "
@@ -303,7 +313,7 @@ def _verdict(report: Mapping[str, Any]) -> str:
     out = []
     if verdict:
         state = str(verdict.get("state") or "passed")
-        cls = "passed" if state == "passed" else "infra_failed"
+        cls = (Outcome.PASSED if state == "passed" else Outcome.INFRA_FAILED).value  # the colour
         out.append(
             f'<p id="verdict" data-verdict="{escape(state, quote=True)}"><b class="{cls}">'
             f"{escape(state.replace('_', ' '))}</b>: {escape(str(verdict.get('line') or ''))}</p>"

@@ -18,7 +18,7 @@ from avsim.report.cases import parse_time
 if TYPE_CHECKING:
     from avsim.report.timeline import Timeline
 
-#: Outcome class -> colour (the same as the HTML page's).
+#: Outcome class -> colour (the HTML page takes its colours from here, avsim.report.html).
 COLOURS = {
     Outcome.PASSED.value: "#1c7c3c",
     Outcome.SCENARIO_FAILED.value: "#b35c00",
