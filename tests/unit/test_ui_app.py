@@ -277,3 +277,25 @@ def test_an_operator_with_the_links_serializes_them_for_the_ui() -> None:
     assert task["__var"]["_operator_extra_links"] == {"avsim artifacts": "_link_AvsimArtifactsLink"}
     back = DagSerialization.from_dict(data)
     assert back.get_task("simulate").extra_links == ["avsim artifacts"]
+
+
+def test_the_page_colours_each_class_as_the_report_does() -> None:
+    """Issue 30 (1): the weekly-run page's class colours (its CSS rules and the bars' colours in its
+    script) are generated from the vocabulary: every class a case or a phase can take on the page has
+    one, an attempt's class in the report's colour, so a new class cannot be left out of a copy."""
+    import json
+    import re
+
+    from avsim.phases.contract import NOT_RUN, Outcome
+    from avsim.report.plots import COLOURS
+    from avsim.ui.pages import CSS, progress_page
+    from avsim.ui.progress import CASE_CLASSES, FAILED, RANK, RUNNING, SKIPPED, WAITING
+
+    rules = dict(re.findall(r"\.([a-z_]+)\{color:(#[0-9a-f]{6})\}", CSS))
+    shown = {*CASE_CLASSES, FAILED, Outcome.UPSTREAM_FAILED.value, NOT_RUN}
+    assert shown <= set(rules), shown - set(rules)
+    assert {k: rules[k] for k in COLOURS} == COLOURS
+    page = progress_page("avsim_weekly", "r1", "/avsim/api/runs/avsim_weekly/r1/progress")
+    bars = json.loads(re.search(r"const COLOURS = (\{.*?\});", page, re.S).group(1))
+    assert set(RANK) - {RUNNING, WAITING, SKIPPED} <= set(bars)
+    assert {k: bars[k] for k in COLOURS} == COLOURS

@@ -11,6 +11,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
+from avsim.phases.contract import NOT_RUN, Outcome
+from avsim.report.plots import COLOURS
+from avsim.ui.progress import FAILED
+
 REFRESH_SECONDS = 15
 
 CSS = """
@@ -31,12 +35,18 @@ th{background:#eef0f4;font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .bar{background:#e6e8ec;border-radius:4px;height:10px;width:220px;overflow:hidden;display:flex}
 .bar span{display:block;height:10px}
-.passed{color:#1c7c3c}.scenario_failed{color:#b35c00}.bad_input{color:#a1127b}
-.infra_failed,.failed,.upstream_failed,.not_run{color:#c0262d}.preempted{color:#6a4fb3}.bad_build{color:#5b2a0e}
 .note{color:#5b6475}.warn{color:#c0262d;font-weight:600}.ok{color:#1c7c3c;font-weight:600}
 .card .n.calm{color:#1d2330}.card .n.attention{color:#c0262d}
 code{font-size:12px}
 """
+_INFRA = COLOURS[Outcome.INFRA_FAILED.value]
+#: Each class a case or a phase takes on the page -> its colour: an attempt's class in the report's
+#: (:data:`avsim.report.plots.COLOURS`), a failure whose class was not recorded and a phase that never
+#: ran in the infrastructure failure's.
+CLASS_COLOURS = {**COLOURS, FAILED: _INFRA, Outcome.UPSTREAM_FAILED.value: _INFRA, NOT_RUN: _INFRA}
+#: The phases' progress bars: a phase that never ran is drawn lighter than one that failed.
+BAR_COLOURS = {**CLASS_COLOURS, Outcome.UPSTREAM_FAILED.value: "#e08a8e", NOT_RUN: "#b7bcc6"}
+CSS += "".join(f".{cls}{{color:{colour}}}" for cls, colour in CLASS_COLOURS.items()) + "\n"
 
 
 def _page(title: str, body: str, script: str = "") -> str:
@@ -113,7 +123,9 @@ def progress_page(dag_id: str, run_id: str, api_url: str) -> str:
     return _page(
         title,
         body,
-        _SCRIPT.replace("__API__", json.dumps(api_url)).replace("__REFRESH__", str(REFRESH_SECONDS)),
+        _SCRIPT.replace("__API__", json.dumps(api_url))
+        .replace("__REFRESH__", str(REFRESH_SECONDS))
+        .replace("__COLOURS__", json.dumps(BAR_COLOURS)),
     )
 
 
@@ -125,8 +137,7 @@ const esc = (v) => String(v ?? "—").replace(/[&<>"']/g, (c) => ({"&":"&amp;","
 const num = (v) => (v === null || v === undefined) ? "—" : Number(v).toLocaleString("en-US");
 const card = (key, n, label, tone) => `<div class="card" data-count="${esc(key)}"><div class="n ${esc(tone ?? key)}">${num(n)}</div><div class="l">${esc(label)}</div></div>`;
 const link = (href, text) => href ? `<a href="${esc(href)}">${esc(text)}</a>` : "—";
-const COLOURS = {passed:"#1c7c3c", scenario_failed:"#b35c00", bad_input:"#a1127b", infra_failed:"#c0262d",
-  preempted:"#6a4fb3", bad_build:"#5b2a0e", failed:"#c0262d", upstream_failed:"#e08a8e", not_run:"#b7bcc6"};
+const COLOURS = __COLOURS__;
 
 function bar(byClass, total, running) {
   const parts = Object.entries(byClass).map(([k, n]) =>
