@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from avsim.contracts import RunDescriptor
+from avsim.phases.contract import NOT_RUN
 from avsim.plan.shards import ShardPlan
 from avsim.storage import exists, read_json
 from avsim.verdict import WeekVerdict, week_verdict
@@ -37,7 +38,7 @@ def _write_report(run: dict[str, Any], run_phases: list[str]) -> tuple[dict[str,
     run_phase_outcomes = {}
     for name in run_phases:
         rec = ledger.outcome("_run", name)
-        run_phase_outcomes[name] = rec.outcome.value if rec else "not_run"
+        run_phase_outcomes[name] = rec.outcome.value if rec else NOT_RUN
     report = build_report(
         head,
         summaries,
