@@ -11,9 +11,16 @@ fixed capacity. Reported, each as a ratio measured in the same run:
    on shard runs (Airflow orders equal weights by logical date, then map index);
 3. at the recommended shape: spot preemption (5 %/GPU-hour) with checkpoints, makespan / the
    same run without preemption (target at most 1.10), and without checkpoints for reference;
-   durations spread ±30 %; the shard DAG's per-run task limit.
+   durations spread ±30 %; the shard DAG's per-run task limit;
+4. admission by cases in flight (issue 29): the target :mod:`avsim.plan.admission` derives from the
+   pools, small shard runs admitted as finished cases make room, against today's window of whole
+   shard runs (S = 250, W = 6), both simulated by the same code, without and with the scheduler's
+   loop (``[avsim] scheduler_ms_per_task_instance``, 3 ms here): makespan / bound, the most
+   unfinished phase task instances in flight, the twins' share of them; a sweep of the headroom.
+   Prints ``admission: makespan_vs_bound=R inflight_tis_vs_today=R twin_share=R ...``.
 
     python bench/planner.py [--cases 10000] [--gpus 280] [--cpus 200] [--on-demand-gpus 16]
+    python bench/planner.py --quick      # section 4 only (a few seconds)
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from avsim.planner import (
     STRATEGIES,
     Capacity,
     SimOptions,
+    SimResult,
     Workload,
     lower_bound,
     simulate,
@@ -63,6 +71,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--recommended-shard-size", type=int, default=250)
     ap.add_argument("--recommended-max-active-shards", type=int, default=6)
+    ap.add_argument("--admission-small-shards", type=int, default=50)
+    ap.add_argument("--scheduler-ms-per-task-instance", type=float, default=3.0)
+    ap.add_argument("--quick", action="store_true", help="only section 4, admission (its line included)")
     args = ap.parse_args()
 
     import avsim.priority  # noqa: F401  (imports Airflow once, outside the timings)
@@ -79,6 +90,10 @@ def main() -> None:
         f"{args.gpus} GPUs, {args.cpus} CPUs; lower bound {b.seconds / 3600:.2f} h (set by {b.binding})",
         flush=True,
     )
+
+    if args.quick:
+        admission(w, cap, args, b.seconds, headrooms=(1.5, 2.0))
+        return
 
     print("\n1. configured shape " + shape(configured))
     got = ratios(w, cap, configured)
@@ -144,6 +159,80 @@ def main() -> None:
     print("   max_active_tasks = 2 S:   " + "  ".join(f"{n} {limited[n][0]:.3f}" for n in STRATEGIES))
     first = {n: simulate(w, cap, replace(rec, strategy=n)).first_case_seconds or 0.0 for n in STRATEGIES}
     print("   first case done after:    " + "  ".join(f"{n} {first[n] / 60:.0f} min" for n in STRATEGIES))
+    admission(w, cap, args, b.seconds, headrooms=(1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0))
+
+
+def admission(
+    w: Workload, cap: Capacity, args: argparse.Namespace, bound: float, headrooms: tuple[float, ...]
+) -> None:
+    """Section 4: admission by cases in flight against today's window, by the same simulation."""
+    from avsim.plan.admission import (
+        HEADROOM,
+        Pools,
+        binding_pool,
+        phase_starts_per_second,
+        scheduler_feed,
+        target_cases_in_flight,
+    )
+
+    load = w.case_load()
+    pools = Pools(spot_gpus=cap.gpus, cpus=cap.cpus, on_demand_gpus=cap.on_demand_gpus)
+    ms = args.scheduler_ms_per_task_instance
+    target = target_cases_in_flight(load, pools)
+    print(
+        f"\n4. admission by cases in flight: binding pool {binding_pool(load, pools)}, "
+        f"{phase_starts_per_second(load, pools):.3f} phase starts/s at full occupancy, Little's law "
+        f"{load.littles_law_cases(pools):.0f} cases x headroom {HEADROOM:g} = target {target:,}; "
+        f"{load.task_instances:.2f} phase task instances per case ({load.twin_task_instances:.2f} twins); "
+        f"loop {ms:g} ms per unfinished task instance",
+        flush=True,
+    )
+    # Today's window and admission in the shipped shape (S = 250 cases per shard run, at most W = 6
+    # active), the same simulation; then small shard runs with no cap on how many are active.
+    today = SimOptions(shard_size=250, max_active_shards=6, seed=args.seed)
+    small = args.admission_small_shards
+
+    def row(label: str, opts: SimOptions) -> tuple[SimResult, SimResult]:
+        t0 = time.perf_counter()
+        plain = simulate(w, cap, opts)
+        looped = simulate(w, cap, replace(opts, scheduler_ms_per_task_instance=ms))
+        print(
+            f"   {label:34s} makespan / bound {plain.makespan_seconds / bound:.3f}, with the loop "
+            f"{looped.makespan_seconds / bound:.3f} (loop mean {looped.mean_loop_seconds:.1f} s, max "
+            f"{looped.max_loop_seconds:.1f} s); unfinished phase TIs max {plain.peak_task_instances:,} "
+            f"mean {plain.mean_task_instances:,.0f}, twins {plain.twin_share * 100:.1f} %; "
+            f"{plain.peak_active_shard_runs} shard runs active at most ({time.perf_counter() - t0:.1f} s)",
+            flush=True,
+        )
+        return plain, looped
+
+    now_plain, now_looped = row("today: S=250 W=6 window", today)
+    for h in headrooms:
+        n = target_cases_in_flight(load, pools, headroom=h)
+        got = row(f"S=250 W=6 {n:,} in flight (x{h:g})", replace(today, cases_in_flight=n))
+        if n == target:
+            plain, looped = got
+    row(
+        f"S={small} no W {target:,} in flight (x{HEADROOM:g})",
+        replace(today, shard_size=small, max_active_shards=100_000, cases_in_flight=target),
+    )
+    feed = scheduler_feed(load, pools, target, ms_per_task_instance=ms)
+    print(
+        f"   scheduler at the target: {feed.task_instances:,.0f} task instances, loop {feed.loop_seconds:.1f} s, "
+        f"{feed.starts_per_loop:.1f} starts needed per loop of {feed.max_per_loop} queued at most "
+        f"({'feeds the pools' if feed.can_feed else 'CANNOT feed the pools'}); today's window "
+        f"{now_plain.peak_task_instances:,} task instances "
+        f"(Workload.window_task_instances: {w.window_task_instances(250, 6):,})"
+    )
+    print(
+        f"admission: makespan_vs_bound={plain.makespan_seconds / bound:.3f} "
+        f"inflight_tis_vs_today={plain.peak_task_instances / now_plain.peak_task_instances:.3f} "
+        f"twin_share={plain.twin_share:.3f} inflight_tis={plain.peak_task_instances} "
+        f"today_tis={now_plain.peak_task_instances} today_vs_bound={now_plain.makespan_seconds / bound:.3f} "
+        f"loop_makespan_vs_bound={looped.makespan_seconds / bound:.3f} "
+        f"today_loop_vs_bound={now_looped.makespan_seconds / bound:.3f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

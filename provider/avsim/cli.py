@@ -337,23 +337,64 @@ def plan(
         help="Phases work their estimate x this (a demo's fake phases).",
     ),
     seed: int = typer.Option(0, help="Seed of preemptions, failures and durations."),
+    cases_in_flight: int = typer.Option(
+        None,
+        "--cases-in-flight",
+        min=0,
+        max=MAX_CASES,
+        help="Admit shard runs as finished cases make room, up to this many unfinished cases "
+        "(default: [avsim] cases_in_flight; 0 derives it from the pools).",
+    ),
+    window: bool = typer.Option(
+        False,
+        "--window",
+        help="Simulate the window of W whole shard runs instead (a shard run admitted when one ends).",
+    ),
+    scheduler_ms_per_task_instance: float = typer.Option(
+        None,
+        "--scheduler-ms-per-task-instance",
+        min=0,
+        max=10_000,
+        callback=_finite,
+        help="The scheduler loop's milliseconds per unfinished task instance (default: [avsim] "
+        "scheduler_ms_per_task_instance, 3, this project's test machine); 0: no loop simulated.",
+    ),
+    max_tis_per_loop: int = typer.Option(
+        None,
+        "--max-tis-per-loop",
+        min=1,
+        max=MAX_SLOTS,
+        help="Most task instances one loop queues (default: [scheduler] max_tis_per_query).",
+    ),
     search: bool = typer.Option(True, help="Search the smallest GPU count that meets the deadline."),
     plot: Path = typer.Option(None, help="Write a PNG of progress over time per strategy here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
 ) -> None:
     """Simulate the week on given capacity: makespan, lower bound, GPU-hours, GPUs for the deadline."""
-    from avsim.planner.command import configured_phase_overhead, run_plan
+    from avsim.planner.command import configured_phase_overhead, configured_scheduler, run_plan
     from avsim.planner.options import Capacity, SimOptions
 
     try:
         if phase_overhead_seconds is None:
             phase_overhead_seconds = configured_phase_overhead()
-        if shard_size is None or max_active_shards is None:
+        per_loop_setting = "--max-tis-per-loop"
+        ms, per_loop = configured_scheduler()
+        if scheduler_ms_per_task_instance is None:
+            scheduler_ms_per_task_instance = ms
+            ms_setting = f"{ms:g} ms ([avsim] scheduler_ms_per_task_instance)"
+        else:
+            ms_setting = f"{scheduler_ms_per_task_instance:g} ms (--scheduler-ms-per-task-instance)"
+        if max_tis_per_loop is None:
+            max_tis_per_loop = per_loop
+            per_loop_setting = "[scheduler] max_tis_per_query"
+        if shard_size is None or max_active_shards is None or cases_in_flight is None:
             from avsim.settings import load_settings
 
             configured = load_settings()
             shard_size = shard_size or configured.shard_size
             max_active_shards = max_active_shards or configured.max_active_shards
+            if cases_in_flight is None:
+                cases_in_flight = configured.cases_in_flight
         output = run_plan(
             manifest,
             Capacity(gpus=gpus, cpus=cpus, on_demand_gpus=on_demand_gpus),
@@ -372,6 +413,8 @@ def plan(
                 shard_start_seconds=shard_start_seconds,
                 run_phases_start_seconds=run_phases_start_seconds,
                 seed=seed,
+                scheduler_ms_per_task_instance=scheduler_ms_per_task_instance,
+                max_tis_per_loop=max_tis_per_loop,
             ),
             deadline=deadline,
             deadline_hours=deadline_hours,
@@ -380,6 +423,10 @@ def plan(
             plot=plot,
             as_json=as_json,
             time_scale=time_scale,
+            cases_in_flight=None if window else cases_in_flight,
+            admission_max_active_shards=max_active_shards,
+            ms_setting=ms_setting,
+            per_loop_setting=per_loop_setting,
         )
     except AvsimError as exc:
         _fail(exc)

@@ -201,6 +201,21 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "Largest desired size the tracker may give the node group (0: never).",
     ),
     "deadline_gpus_per_node": ("1", "integer", "GPUs per node of that node group."),
+    # admission by cases in flight (issue 29)
+    "cases_in_flight": (
+        "0",
+        "integer",
+        "Unfinished cases a week keeps in flight. 0: derived from the pools (avsim.plan.admission: "
+        "Little's law over the binding pool, times a measured headroom; docs/design.md).",
+    ),
+    "scheduler_ms_per_task_instance": (
+        "3",
+        "float",
+        "Milliseconds the scheduler's loop pays per unfinished task instance of the active runs: "
+        "3 is this project's 2-core test machine (docs/performance.md); measure a production "
+        "scheduler's (StatsD scheduler.scheduler_loop_duration / unfinished task instances). "
+        "'avsim plan' and the planner use it for the loop time and its delay.",
+    ),
 }
 
 
@@ -308,8 +323,19 @@ class AvsimSettings:
     max_manifest_bytes: int = 64 * 2**20
     deadline: DeadlineSettings = field(default_factory=DeadlineSettings)
     manifest_safety: ManifestSafetySettings = field(default_factory=ManifestSafetySettings)
+    cases_in_flight: int = 0
+    scheduler_ms_per_task_instance: float = 3.0
 
     def __post_init__(self) -> None:
+        if self.cases_in_flight < 0:
+            raise ConfigError(
+                f"[avsim] cases_in_flight = {self.cases_in_flight}; use 0 (derive from the pools) or more"
+            )
+        if not 0 <= self.scheduler_ms_per_task_instance <= 10_000:
+            raise ConfigError(
+                f"[avsim] scheduler_ms_per_task_instance = {self.scheduler_ms_per_task_instance}; "
+                "use milliseconds in [0, 10000]"
+            )
         if self.backend not in BACKENDS:
             raise ConfigError(f"[avsim] backend = {self.backend!r}; use one of: {', '.join(BACKENDS)}")
         if not 1 <= self.shard_size <= 100_000:
@@ -418,6 +444,8 @@ def load_settings() -> AvsimSettings:
                 uri_prefixes=_csv(get("manifest_uri_prefixes")),
                 allow_past_deadline=_boolean(get("manifest_allow_past_deadline")),
             ),
+            cases_in_flight=int(get("cases_in_flight")),
+            scheduler_ms_per_task_instance=float(get("scheduler_ms_per_task_instance")),
         )
     except ValueError as exc:
         raise ConfigError(f"[avsim] has a value of the wrong type: {exc}") from exc

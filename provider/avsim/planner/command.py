@@ -7,8 +7,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from avsim.planner.inflight import AdmissionView, admission_options, admission_view, format_admission
 from avsim.planner.options import Capacity, PlannerError, SimOptions
 from avsim.planner.report import CapacityPlan, format_table, plan_capacity, plan_to_json
+from avsim.planner.simulate import check_capacity
 from avsim.planner.workload import Workload, week_start, workload_from_manifest
 
 
@@ -77,28 +79,70 @@ def run_plan(
     plot: str | Path | None = None,
     as_json: bool = False,
     time_scale: float = 1.0,
+    cases_in_flight: int | None = None,
+    admission_max_active_shards: int | None = None,
+    ms_setting: str = "[avsim] scheduler_ms_per_task_instance",
+    per_loop_setting: str = "[scheduler] max_tis_per_query",
 ) -> PlanOutput:
     """Load and validate the manifest, simulate every strategy, and render the result.
 
     ``time_scale``: phases work their estimate times it (the fake phases of a demo or bench week);
-    the deadline is not scaled."""
+    the deadline is not scaled. ``cases_in_flight``: ``None`` simulates the window of whole shard
+    runs (``options``' S and W); a number admits by cases in flight (0: the target derived from the
+    pools), with ``admission_max_active_shards`` (``None``: no cap) instead of W. ``ms_setting`` and
+    ``per_loop_setting`` name where the scheduler's figures came from, for the text."""
     from avsim.manifest.loader import load_manifest
 
     workload = workload_from_manifest(load_manifest(source).manifest)
     if time_scale != 1.0:
         workload = workload.scaled(time_scale)
     seconds = deadline_seconds(workload, deadline=deadline, deadline_hours=deadline_hours, start=start)
+    check_capacity(workload, capacity, options)  # names the pool to raise before admission sizes it
+    if cases_in_flight is not None:
+        options = admission_options(
+            workload, capacity, options, cases_in_flight, max_active_shards=admission_max_active_shards
+        )
     plan = plan_capacity(workload, capacity, options, deadline_seconds=seconds, search=search)
+    main = plan.outcomes.get("critical_path")
+    view = admission_view(
+        workload,
+        capacity,
+        options,
+        ms_per_task_instance=options.scheduler_ms_per_task_instance,
+        simulated=main.result if main is not None else None,
+    )
     written = None
     if plot is not None:
         from avsim.planner.plot import write_progress_plot
 
         written = write_progress_plot(plan, plot)
     if as_json:
-        text = json.dumps(plan_to_json(plan), indent=2, default=str)
+        doc = plan_to_json(plan)
+        doc["admission"] = admission_to_json(view)
+        text = json.dumps(doc, indent=2, default=str)
     else:
-        text = format_table(plan) + (f"\nplot: {written}" if written else "")
+        extra = format_admission(view, ms_setting=ms_setting, per_loop_setting=per_loop_setting)
+        text = "\n".join([format_table(plan), "", *extra]) + (f"\nplot: {written}" if written else "")
     return PlanOutput(plan, text, written)
+
+
+def admission_to_json(view: AdmissionView) -> dict[str, object]:
+    feed = view.feed
+    sim = view.simulated
+    return {
+        "admitting": view.admitting,
+        "cases_in_flight": view.cases_in_flight,
+        "littles_law_cases": view.load.littles_law_cases(view.pools),
+        "phase_starts_per_second": feed.starts_per_second,
+        "task_instances_in_flight": feed.task_instances,
+        "loop_seconds": feed.loop_seconds,
+        "starts_per_loop": feed.starts_per_loop,
+        "max_per_loop": feed.max_per_loop,
+        "scheduler_can_feed": feed.can_feed,
+        "simulated_peak_task_instances": sim.peak_task_instances if sim else None,
+        "simulated_twin_share": sim.twin_share if sim else None,
+        "simulated_mean_loop_seconds": sim.mean_loop_seconds if sim else None,
+    }
 
 
 def configured_phase_overhead() -> float:
@@ -114,3 +158,21 @@ def configured_phase_overhead() -> float:
     if not 0 <= seconds <= 86_400:
         raise PlannerError(f"[avsim] {key} = {value}; use seconds in [0, 86400]")
     return seconds
+
+
+def configured_scheduler() -> tuple[float, int]:
+    """``[avsim] scheduler_ms_per_task_instance`` and ``[scheduler] max_tis_per_query`` (0 there
+    means ``[core] parallelism``, as the scheduler reads it)."""
+    from avsim.settings import OPTIONS, airflow_config
+
+    key = "scheduler_ms_per_task_instance"
+    try:
+        ms = float(airflow_config("avsim", key, OPTIONS[key][0]))
+        per_loop = int(airflow_config("scheduler", "max_tis_per_query", "16"))
+        if per_loop == 0:
+            per_loop = int(airflow_config("core", "parallelism", "32"))
+    except ValueError as exc:
+        raise PlannerError(f"a scheduler setting has the wrong type: {exc}") from None
+    if not 0 <= ms <= 10_000:
+        raise PlannerError(f"[avsim] {key} = {ms}; use milliseconds in [0, 10000]")
+    return ms, max(1, per_loop)

@@ -84,6 +84,18 @@ class SimOptions:
     phase_overhead_in_slot_seconds: float | None = None
     #: Seed of every random draw (preemptions, failures, durations): same seed, same run.
     seed: int = 0
+    #: Admission by cases in flight: ``None`` is the window of whole shard runs (a shard run is
+    #: admitted when one of the W active ends, what runs today); a number N admits the next shard run
+    #: as soon as the unfinished cases leave room for its cases (at most N in flight, at most W shard
+    #: runs active; one is always admitted when none is). See :mod:`avsim.plan.admission`.
+    cases_in_flight: int | None = None
+    #: The scheduler's loop: milliseconds per unfinished phase task instance of the active shard runs
+    #: (``[avsim] scheduler_ms_per_task_instance``). Above 0, a phase that becomes ready is queued at
+    #: the end of the first loop that starts after it, loops run back to back, and one loop queues at
+    #: most ``max_tis_per_loop``. 0 (the default): no loop, a ready phase is queued at once.
+    scheduler_ms_per_task_instance: float = 0.0
+    #: ``[scheduler] max_tis_per_query``: the most task instances one loop queues.
+    max_tis_per_loop: int = 16
 
     def __post_init__(self) -> None:
         problems = []
@@ -121,6 +133,14 @@ class SimOptions:
                 f"phase_overhead_in_slot_seconds = {held}: use seconds in [0, phase_overhead_seconds = "
                 f"{self.phase_overhead_seconds}]"
             )
+        if self.cases_in_flight is not None and self.cases_in_flight < 1:
+            problems.append(f"cases_in_flight = {self.cases_in_flight}: use 1 or more (or None: the window)")
+        if not 0 <= self.scheduler_ms_per_task_instance <= 10_000:
+            problems.append(
+                f"scheduler_ms_per_task_instance = {self.scheduler_ms_per_task_instance}: use [0, 10000]"
+            )
+        if self.max_tis_per_loop < 1:
+            problems.append(f"max_tis_per_loop = {self.max_tis_per_loop}: use 1 or more")
         if problems:
             raise PlannerError("planner options rejected: " + "; ".join(problems))
 

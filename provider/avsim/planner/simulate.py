@@ -22,6 +22,14 @@ What it models, as the scheduler and the DAGs do:
   twin (which starts at once, with budgets of its own) after ``on_demand_after_preemptions``; a
   phase out of budget fails and its downstream phases never run (its case still ends, as failed).
 
+- **admission** (``cases_in_flight``): instead of the window of W whole shard runs, the next shard
+  run starts as soon as the unfinished cases leave room for its cases (W still caps the active runs);
+- **the scheduler's loop** (``scheduler_ms_per_task_instance``): loops run back to back, each as long
+  as the unfinished phase task instances of the active shard runs times that cost; a phase that
+  becomes ready is queued at the end of the first loop that begins after it (so it waits one to two
+  loops), one loop queues at most ``max_tis_per_loop`` (``[scheduler] max_tis_per_query``), and a
+  slot freed mid-loop is refilled at the loop's end. The result says what the loop carried.
+
 One event heap; no time steps. Every random draw is keyed by (seed, task, attempt), see
 :func:`avsim.planner.options.unit`.
 """
@@ -30,11 +38,13 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, Outcome
 from avsim.phases.policy import Action, Role, decide, node_class_for
+from avsim.plan.admission import loop_seconds
 from avsim.planner.options import (
     SALT_FAIL,
     SALT_FAIL_AT,
@@ -52,7 +62,7 @@ POOL_NAMES = ("GPU spot", "GPU on-demand", "CPU")
 #: The pool of each node class the failure policy places an attempt on.
 POOL_OF_NODE = {NODE_SPOT: SPOT, NODE_ON_DEMAND: ON_DEMAND, NODE_CPU: CPU}
 # Event kinds; at equal times, completions are handled before retries become ready.
-_END, _PREEMPT, _FAIL, _READY, _SHARD, _QUEUE = 0, 1, 2, 3, 4, 5
+_END, _PREEMPT, _FAIL, _READY, _SHARD, _QUEUE, _LOOP = 0, 1, 2, 3, 4, 5, 6
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,18 @@ class SimResult:
     on_demand_attempts: int
     #: (time, GPUs in use) at every change.
     gpus_in_use: tuple[tuple[float, int], ...]
+    #: What the scheduler's loop carries: unfinished phase task instances of the active shard runs
+    #: (a phase's on-demand twin is one more until the phase ends), at most and averaged over the run;
+    #: of them, twins (averaged); the most unfinished cases and active shard runs at once.
+    peak_task_instances: int = 0
+    mean_task_instances: float = 0.0
+    mean_twin_task_instances: float = 0.0
+    peak_cases_in_flight: int = 0
+    peak_active_shard_runs: int = 0
+    #: Scheduler loops simulated (0 without ``scheduler_ms_per_task_instance``), their mean and longest.
+    loops: int = 0
+    mean_loop_seconds: float = 0.0
+    max_loop_seconds: float = 0.0
 
     @property
     def gpu_hours(self) -> float:
@@ -95,6 +117,11 @@ class SimResult:
     def cpu_utilisation(self) -> float:
         total = self.capacity.cpus * self.makespan_seconds
         return self.cpu_busy_seconds / total if total and math.isfinite(total) else 0.0
+
+    @property
+    def twin_share(self) -> float:
+        """On-demand twins' share of the unfinished phase task instances in flight (time-averaged)."""
+        return self.mean_twin_task_instances / self.mean_task_instances if self.mean_task_instances else 0.0
 
     @property
     def first_case_seconds(self) -> float | None:
@@ -156,6 +183,7 @@ class _Simulation:
         self.case_left: list[int] = []
         self.case_failed: list[bool] = []
         self.case_roots: list[list[int]] = []
+        self.case_tasks: list[range] = []
         self.task_case: list[int] = []
         self.duration: list[float] = []
         self.gpus: list[int] = []
@@ -165,6 +193,8 @@ class _Simulation:
         self.down: list[list[int]] = []
         self.n_up: list[int] = []
         self.prefix: list[tuple[int, ...]] = []
+        #: Task instances of each phase in its shard run (2 with a twin; run-level phases: 0, not counted).
+        self.tis: list[int] = []
         weight_cache: dict[int, int] = {}
         strategy = options.strategy
         map_counter: dict[tuple[int, str], int] = {}
@@ -214,12 +244,14 @@ class _Simulation:
             self.case_left.append(len(phases))
             self.case_failed.append(False)
             self.case_roots.append([first + r for r in roots])
+            self.case_tasks.append(range(first, first + len(phases)))
             self.task_case.extend([c] * len(phases))
             self.duration.extend(phase_duration(p.seconds, first + i, options) for i, p in enumerate(phases))
             self.gpus.extend(gpus)
             self.slots.extend(g if g else 1 for g in gpus)
             self.checkpoint.extend(p.checkpoint for p in phases)
             self.phase.extend(phases)
+            self.tis.extend(0 if shard == self.run_shard else p.tasks for p in phases)
             self.down.extend([first + d for d in ds] for ds in down)
             self.n_up.extend(n_up)
             if strategy == "fifo":
@@ -264,8 +296,19 @@ class _Simulation:
         self.queues: dict[int, list[list[Any]]] = {}
         self.running = [0] * (self.n_shards + 1)
         self.shard_left = [len(cs) for cs in self.shard_cases]
-        self.next_shard = min(o.max_active_shards, self.n_shards)
+        self.next_shard = 0
+        self.active_runs = 0
+        self.open_cases = 0  # admitted and not ended
         self.shards_done = 0
+        # What the scheduler's loop carries, integrated over time.
+        self.open_tis = self.open_twins = 0
+        self.tis_area = self.twins_area = 0.0
+        self.counted_at = 0.0
+        self.peaks = {"tis": 0, "cases": 0, "runs": 0}
+        self.pending: deque[tuple[float, int]] = deque()
+        self.looping = o.scheduler_ms_per_task_instance > 0
+        self.loop_start = 0.0
+        self.loop_lengths: list[float] = []
         self.end_time = 0.0
         self.case_ends: list[float] = []
         self.stats = {
@@ -279,8 +322,9 @@ class _Simulation:
             "odatt": 0,
         }
         in_use: list[tuple[float, int]] = [(0.0, 0)]
-        for s in range(self.next_shard):
-            self._push(o.shard_start_seconds, _SHARD, s)
+        self._admit(0.0)
+        if self.looping:
+            self._next_loop(0.0)
         if self.n_shards == 0 and self.shard_cases[self.run_shard]:
             self._push(0.0, _SHARD, self.run_shard)
         events = self.events
@@ -289,17 +333,23 @@ class _Simulation:
             now = self.now = events[0][0]
             if stop_after is not None and now > stop_after:
                 return self._result(False, in_use)
+            loop_ends = False
             while events and events[0][0] == now:
                 _, _, kind, a = heapq.heappop(events)
-                if kind == _READY:
+                if kind == _LOOP:
+                    loop_ends = True
+                elif kind == _READY:
                     self._ready(a)
                 elif kind == _QUEUE:
-                    self._queue(a)
+                    self._queued(a)
                 elif kind == _SHARD:
                     self._start_shard(a)
                 else:
                     self._attempt_over(a, kind, now)
-            self._dispatch(now)
+            if not self.looping:
+                self._dispatch(now)
+            elif loop_ends:
+                self._loop_over(now)
             used = total_gpus - self.free[SPOT] - self.free[ON_DEMAND]
             if used != in_use[-1][1]:
                 in_use.append((now, used))
@@ -311,8 +361,57 @@ class _Simulation:
         self.seq += 1
         heapq.heappush(self.events, (at, self.seq, kind, a))
 
+    def _admit(self, now: float) -> None:
+        """Start the next shard runs the window (and the cases-in-flight target) leave room for."""
+        o = self.options
+        while self.next_shard < self.n_shards and self.active_runs < o.max_active_shards:
+            size = len(self.shard_cases[self.next_shard])
+            if (
+                o.cases_in_flight is not None
+                and self.active_runs
+                and self.open_cases + size > o.cases_in_flight
+            ):
+                break
+            self.active_runs += 1
+            self.open_cases += size
+            self.peaks["runs"] = max(self.peaks["runs"], self.active_runs)
+            self.peaks["cases"] = max(self.peaks["cases"], self.open_cases)
+            self._push(now + o.shard_start_seconds, _SHARD, self.next_shard)
+            self.next_shard += 1
+
+    def _count(self, tis: int, twins: int) -> None:
+        """The unfinished task instances change by ``tis`` (of them ``twins`` twins) now."""
+        span = self.now - self.counted_at
+        self.tis_area += self.open_tis * span
+        self.twins_area += self.open_twins * span
+        self.counted_at = self.now
+        self.open_tis += tis
+        self.open_twins += twins
+        if self.open_tis > self.peaks["tis"]:
+            self.peaks["tis"] = self.open_tis
+
+    def _next_loop(self, now: float) -> None:
+        length = loop_seconds(self.open_tis, self.options.scheduler_ms_per_task_instance)
+        self.loop_start = now
+        self.loop_lengths.append(length)
+        self._push(now + length, _LOOP, 0)
+
+    def _loop_over(self, now: float) -> None:
+        """A loop ends: what was ready before it began is scheduled, then at most
+        ``max_tis_per_loop`` are queued (the scheduler's critical section); the next loop begins."""
+        pending = self.pending
+        while pending and pending[0][0] <= self.loop_start:
+            self._queue(pending.popleft()[1])
+        self._dispatch(now, self.options.max_tis_per_loop)
+        if self.events or pending or any(h for hs in self.queues.values() for h in hs):
+            self._next_loop(now)
+
     def _start_shard(self, s: int) -> None:
         self.queues[s] = [[], [], []]
+        if s != self.run_shard:
+            cases = self.shard_cases[s]
+            tis = [self.tis[t] for c in cases for t in self.case_tasks[c]]
+            self._count(sum(tis), sum(1 for n in tis if n == 2))
         for c in self.shard_cases[s]:
             for t in self.case_roots[c]:
                 self._ready(t)
@@ -323,6 +422,13 @@ class _Simulation:
         if latency > 0:
             self._push(self.now + latency, _QUEUE, t)
         else:
+            self._queued(t)
+
+    def _queued(self, t: int) -> None:
+        """``t`` is ready for the scheduler: queued now, or seen by the next loop that begins."""
+        if self.looping:
+            self.pending.append((self.now, t))
+        else:
             self._queue(t)
 
     def _queue(self, t: int) -> None:
@@ -330,13 +436,15 @@ class _Simulation:
         self.seq += 1
         heapq.heappush(self.queues[self.case_shard[self.task_case[t]]][pool], (*self.prefix[t], self.seq, t))
 
-    def _dispatch(self, now: float) -> None:
+    def _dispatch(self, now: float, most: int | None = None) -> None:
+        """Start what fits, in Airflow's order; at most ``most`` (one loop's queueing) when given."""
         free, running, slots = self.free, self.running, self.slots
         cap = self.options.max_active_tasks_per_shard
         limit = self.options.parallelism
         heads = [(s, p, h) for s, hs in self.queues.items() for p, h in enumerate(hs)]
         aside: list[tuple[list[Any], Any]] = []
-        while limit is None or sum(running) < limit:
+        started = 0
+        while (limit is None or sum(running) < limit) and (most is None or started < most):
             best = None
             best_key = None
             for s, p, h in heads:
@@ -355,6 +463,7 @@ class _Simulation:
                 aside.append((h, item))  # does not fit now; smaller tasks behind it may
                 continue
             self._start(t, p, s, now)
+            started += 1
         for h, item in aside:
             heapq.heappush(h, item)
 
@@ -421,6 +530,8 @@ class _Simulation:
     def _finish(self, t: int, ok: bool, now: float) -> None:
         c = self.task_case[t]
         ended = 1
+        tis = self.tis[t]
+        twins = 1 if tis == 2 else 0
         if ok:
             for d in self.down[t]:
                 self.n_up[d] -= 1
@@ -434,15 +545,22 @@ class _Simulation:
                 if not self.dead[d]:
                     self.dead[d] = True
                     ended += 1
+                    tis += self.tis[d]
+                    twins += 1 if self.tis[d] == 2 else 0
                     stack.extend(self.down[d])
+        if tis:
+            self._count(-tis, -twins)
         self.case_left[c] -= ended
         if self.case_left[c] == 0:
             shard = self.case_shard[c]
             if shard != self.run_shard:
                 self.case_ends.append(now)
+                self.open_cases -= 1
             self.shard_left[shard] -= 1
             if self.shard_left[shard] == 0:
-                self._shard_over(shard, now)
+                self._shard_over(shard, now)  # admits what the window leaves room for
+            elif self.options.cases_in_flight is not None and shard != self.run_shard:
+                self._admit(now)  # the case made room
 
     def _shard_over(self, s: int, now: float) -> None:
         del self.queues[s]
@@ -450,14 +568,16 @@ class _Simulation:
         if s == self.run_shard:
             return
         self.shards_done += 1
+        self.active_runs -= 1
         if self.next_shard < self.n_shards:
-            self._push(now + self.options.shard_start_seconds, _SHARD, self.next_shard)
-            self.next_shard += 1
+            self._admit(now)
         elif self.shards_done == self.n_shards and self.shard_cases[self.run_shard]:
             self._push(now + self.options.run_phases_start_seconds, _SHARD, self.run_shard)
 
     def _result(self, complete: bool, in_use: list[tuple[float, int]]) -> SimResult:
         st = self.stats
+        self._count(0, 0)
+        span = self.counted_at
         return SimResult(
             strategy=self.options.strategy,
             capacity=self.capacity,
@@ -476,4 +596,12 @@ class _Simulation:
             infra_failures=int(st["fail"]),
             on_demand_attempts=int(st["odatt"]),
             gpus_in_use=tuple(in_use),
+            peak_task_instances=self.peaks["tis"],
+            mean_task_instances=self.tis_area / span if span > 0 else 0.0,
+            mean_twin_task_instances=self.twins_area / span if span > 0 else 0.0,
+            peak_cases_in_flight=self.peaks["cases"],
+            peak_active_shard_runs=self.peaks["runs"],
+            loops=len(self.loop_lengths),
+            mean_loop_seconds=sum(self.loop_lengths) / len(self.loop_lengths) if self.loop_lengths else 0.0,
+            max_loop_seconds=max(self.loop_lengths, default=0.0),
         )

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from avsim.manifest.models import Manifest, PhaseSpec, ResourceClass, RetrySpec, RunPhaseSpec
+from avsim.plan.admission import CaseLoad, PhaseLoad
 from avsim.plan.catalog import shape_fingerprint
 from avsim.plan.graph import remaining_path, topological_order
 
@@ -113,6 +114,22 @@ class Workload:
         counts = [per_shard[k] for k in sorted(per_shard)]
         width = max(1, max_active_shards)
         return max((sum(counts[i : i + width]) for i in range(max(1, len(counts) - width + 1))), default=0)
+
+    def case_load(self, phase_overhead_seconds: float = 0.0) -> CaseLoad:
+        """The mean case, as :mod:`avsim.plan.admission` sizes the cases in flight from it."""
+        memo: dict[int, tuple[PhaseLoad, ...]] = {}
+
+        def loads(phases: tuple[PhaseWork, ...]) -> tuple[PhaseLoad, ...]:
+            found = memo.get(id(phases))
+            if found is None:  # one tuple per shared graph, so the path is computed once per graph
+                found = memo[id(phases)] = tuple(
+                    PhaseLoad(p.name, p.upstream, p.gpus, p.seconds, p.twin) for p in phases
+                )
+            return found
+
+        return CaseLoad.of_cases(
+            (loads(c.phases) for c in self.cases), phase_overhead_seconds=phase_overhead_seconds
+        )
 
     def remaining(self, finished: Iterable[tuple[str, str]], shard_size: int) -> Workload:
         """The work left once the ``(case id, phase)`` pairs in ``finished`` are done.

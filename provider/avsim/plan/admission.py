@@ -1,0 +1,236 @@
+"""How many cases a week keeps in flight, and what that costs the scheduler: pure functions.
+
+A week admits new cases (in small shard runs) as finished ones make room, up to a target number of
+unfinished cases. The target comes from the pools (docs/design.md, "Admission by cases in flight"):
+
+- the **binding pool** sets the week's pace. At full occupancy the spot GPUs finish
+  ``spot GPUs / GPU-seconds per case`` cases a second, the CPU slots ``CPU slots / CPU-seconds per
+  case``; the smaller is the case rate ``λ`` (on-demand GPUs take only the phases that fell back
+  from spot, so they do not set the pace);
+- by Little's law a case that takes ``d`` seconds end to end (its critical path, each phase's
+  orchestrator overhead and scheduler delay included) needs ``λ x d`` cases in flight to keep that
+  pool full (``G x d / g`` of docs/design.md, "Choosing S and W"): nothing left over for the
+  queueing a priority order causes, or for the end of a case's path that holds no GPU;
+- so the target is that figure times :data:`HEADROOM`, measured by ``bench/planner.py`` on the
+  10,000-case sample at 280 GPUs (docs/performance.md); ``[avsim] cases_in_flight`` overrides it.
+
+The scheduler's side: Airflow 3.3's loop re-evaluates every unfinished task instance of every active
+run, about ``[avsim] scheduler_ms_per_task_instance`` each (3 ms on this project's 2-core machine with
+PostgreSQL beside 16 task processes; a production scheduler measures its own), and queues at most
+``[scheduler] max_tis_per_query`` task instances per loop. It cannot feed the pools when the phase
+starts they need in one loop exceed what one loop queues (:func:`scheduler_feed`).
+
+Nothing here imports Airflow or reads settings; callers pass the figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from avsim.errors import AvsimError
+from avsim.plan.graph import remaining_path
+
+#: Target cases in flight / the Little's-law minimum (:attr:`CaseLoad.littles_law_cases`). Measured by
+#: ``bench/planner.py`` (admission mode, 10,000 sample cases, 280 spot GPUs, 200 CPU slots): the
+#: smallest factor of the sweep whose makespan is within 1 % of the lower bound.
+HEADROOM = 2.0
+
+#: Airflow's default ``[scheduler] max_tis_per_query``: the most task instances one loop queues.
+DEFAULT_MAX_TIS_PER_LOOP = 16
+
+#: The shortest loop the planner assumes (a loop with nothing to evaluate still makes its queries).
+MIN_LOOP_SECONDS = 0.1
+
+
+class AdmissionError(AvsimError):
+    """The figures given cannot size admission (no slots for a pool some phase needs, bad settings)."""
+
+
+@dataclass(frozen=True)
+class PhaseLoad:
+    """One phase of a case as admission sees it."""
+
+    name: str
+    upstream: tuple[str, ...]
+    #: GPUs it holds; 0 for a CPU phase (one CPU slot).
+    gpus: int
+    seconds: float
+    #: Its task has an on-demand twin task instance (a GPU phase with a preemption budget).
+    twin: bool = False
+
+    @property
+    def task_instances(self) -> int:
+        return 2 if self.twin else 1
+
+
+@dataclass(frozen=True)
+class Pools:
+    spot_gpus: int
+    cpus: int
+    on_demand_gpus: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.spot_gpus, self.cpus, self.on_demand_gpus) < 0:
+            raise AdmissionError(f"pools {self}: slots must be 0 or more")
+
+
+@dataclass(frozen=True)
+class CaseLoad:
+    """The mean case of a week, in the terms admission needs."""
+
+    cases: int
+    #: GPU-seconds (GPUs x seconds) and CPU-seconds of work per case.
+    gpu_seconds: float
+    cpu_seconds: float
+    #: End to end, alone: the longest path through its phases, each with its per-phase overhead.
+    path_seconds: float
+    phases: float
+    #: Phase task instances per case (a twin is one more).
+    task_instances: float
+    #: Of them, on-demand twins.
+    twin_task_instances: float
+
+    @classmethod
+    def of_cases(
+        cls, cases: Iterable[Sequence[PhaseLoad]], *, phase_overhead_seconds: float = 0.0
+    ) -> CaseLoad:
+        """The mean over ``cases`` (each: its phases), every phase lengthened by the overhead."""
+        n = 0
+        gpu = cpu = path = phases = tis = twins = 0.0
+        paths: dict[int, float] = {}
+        for case in cases:
+            n += 1
+            for p in case:
+                if p.gpus:
+                    gpu += p.seconds * p.gpus
+                else:
+                    cpu += p.seconds
+            phases += len(case)
+            tis += sum(p.task_instances for p in case)
+            twins += sum(1 for p in case if p.twin)
+            found = paths.get(id(case))
+            if found is None:
+                found = paths[id(case)] = _path(case, phase_overhead_seconds)
+            path += found
+        if not n:
+            raise AdmissionError("no cases: nothing to admit")
+        return cls(n, gpu / n, cpu / n, path / n, phases / n, tis / n, twins / n)
+
+    def case_rate(self, pools: Pools) -> float:
+        """Cases a second when the binding pool is full (:func:`binding_pool` names it)."""
+        return min(_rates(self, pools).values())
+
+    def littles_law_cases(self, pools: Pools) -> float:
+        """Cases in flight that would keep the binding pool full if no phase ever waited."""
+        return self.case_rate(pools) * self.path_seconds
+
+
+def _path(case: Sequence[PhaseLoad], overhead: float) -> float:
+    names = {p.name for p in case}
+    deps = {p.name: [u for u in p.upstream if u in names] for p in case}
+    seconds = {p.name: p.seconds + overhead for p in case}
+    return max(remaining_path(deps, seconds).values(), default=0.0)
+
+
+def _rates(load: CaseLoad, pools: Pools) -> dict[str, float]:
+    rates = {}
+    if load.gpu_seconds:
+        if not pools.spot_gpus:
+            raise AdmissionError("cases have GPU phases and the spot GPU pool has no slots")
+        rates["GPU"] = pools.spot_gpus / load.gpu_seconds
+    if load.cpu_seconds:
+        if not pools.cpus:
+            raise AdmissionError("cases have CPU phases and the CPU pool has no slots")
+        rates["CPU"] = pools.cpus / load.cpu_seconds
+    if not rates:
+        raise AdmissionError("cases have no work: nothing sets a pace")
+    return rates
+
+
+def binding_pool(load: CaseLoad, pools: Pools) -> str:
+    """``GPU`` or ``CPU``: the pool that is full first."""
+    rates = _rates(load, pools)
+    return min(rates, key=lambda k: rates[k])
+
+
+def target_cases_in_flight(
+    load: CaseLoad, pools: Pools, *, configured: int = 0, headroom: float = HEADROOM
+) -> int:
+    """The unfinished cases a week keeps in flight: ``configured`` when above 0 (``[avsim]
+    cases_in_flight``), else ``headroom`` x the Little's-law figure, rounded up; never more than the
+    week's cases, never below 1."""
+    if configured < 0:
+        raise AdmissionError(f"cases_in_flight = {configured}: use 0 (derive) or more")
+    if headroom < 1:
+        raise AdmissionError(f"headroom = {headroom}: use 1 or more")
+    if configured:
+        return configured
+    return max(1, min(load.cases, math.ceil(headroom * load.littles_law_cases(pools))))
+
+
+def phase_starts_per_second(load: CaseLoad, pools: Pools) -> float:
+    """Phase attempts a second the pools need at full occupancy (the binding pool full, the other
+    as busy as the cases it feeds), without retries."""
+    return load.case_rate(pools) * load.phases
+
+
+def loop_seconds(task_instances: float, ms_per_task_instance: float) -> float:
+    """Airflow 3.3's scheduler loop with ``task_instances`` unfinished phase task instances in the
+    active runs, at ``ms_per_task_instance`` each (at least :data:`MIN_LOOP_SECONDS`)."""
+    if ms_per_task_instance < 0 or task_instances < 0:
+        raise AdmissionError("task instances and milliseconds per task instance must be 0 or more")
+    return max(MIN_LOOP_SECONDS, task_instances * ms_per_task_instance / 1000.0)
+
+
+@dataclass(frozen=True)
+class SchedulerFeed:
+    """Whether the scheduler keeps up with the pools at a number of cases in flight."""
+
+    cases_in_flight: int
+    #: Unfinished phase task instances at that count (every case's all: the most, at admission).
+    task_instances: float
+    loop_seconds: float
+    starts_per_second: float
+    #: The most task instances one loop queues (``[scheduler] max_tis_per_query``).
+    max_per_loop: int
+
+    @property
+    def starts_per_loop(self) -> float:
+        """Phase starts the pools need during one loop."""
+        return self.starts_per_second * self.loop_seconds
+
+    @property
+    def load(self) -> float:
+        """Starts needed per loop / starts one loop queues: above 1 the scheduler cannot feed the pools."""
+        return self.starts_per_loop / self.max_per_loop
+
+    @property
+    def can_feed(self) -> bool:
+        return self.load <= 1.0
+
+
+def scheduler_feed(
+    load: CaseLoad,
+    pools: Pools,
+    cases_in_flight: int,
+    *,
+    ms_per_task_instance: float,
+    max_per_loop: int = DEFAULT_MAX_TIS_PER_LOOP,
+) -> SchedulerFeed:
+    """The scheduler's loop at ``cases_in_flight`` and whether it can queue the starts the pools need.
+
+    The loop carries every unfinished task instance of the cases in flight (at most all of each
+    case's, :attr:`CaseLoad.task_instances`); one loop queues at most ``max_per_loop``. So the pools
+    starve when ``starts/s x loop > max_per_loop``, whatever the slots."""
+    if max_per_loop < 1:
+        raise AdmissionError(f"max_per_loop = {max_per_loop}: use 1 or more")
+    tis = cases_in_flight * load.task_instances
+    return SchedulerFeed(
+        cases_in_flight=cases_in_flight,
+        task_instances=tis,
+        loop_seconds=loop_seconds(tis, ms_per_task_instance),
+        starts_per_second=phase_starts_per_second(load, pools),
+        max_per_loop=max_per_loop,
+    )

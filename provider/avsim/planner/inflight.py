@@ -1,0 +1,114 @@
+"""The planner's side of admission by cases in flight: the options a plan simulates, and what
+``avsim plan`` says about the pools' pace and the scheduler's loop (:mod:`avsim.plan.admission`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from avsim.plan.admission import (
+    CaseLoad,
+    Pools,
+    SchedulerFeed,
+    binding_pool,
+    scheduler_feed,
+    target_cases_in_flight,
+)
+from avsim.planner.options import Capacity, SimOptions
+from avsim.planner.simulate import SimResult
+from avsim.planner.workload import Workload
+
+
+def pools_of(capacity: Capacity) -> Pools:
+    return Pools(spot_gpus=capacity.gpus, cpus=capacity.cpus, on_demand_gpus=capacity.on_demand_gpus)
+
+
+def admission_options(
+    workload: Workload,
+    capacity: Capacity,
+    options: SimOptions,
+    cases_in_flight: int,
+    *,
+    max_active_shards: int | None = None,
+) -> SimOptions:
+    """``options`` admitting by cases in flight: ``cases_in_flight`` (0: derived from the pools and
+    the workload). ``max_active_shards`` caps the active shard runs; ``None``: no cap besides the
+    week's shard runs (the cases in flight bind)."""
+    target = target_cases_in_flight(
+        workload.case_load(options.phase_overhead_seconds), pools_of(capacity), configured=cases_in_flight
+    )
+    runs = max_active_shards or max(1, math.ceil(len(workload.cases) / options.shard_size))
+    return replace(options, cases_in_flight=target, max_active_shards=runs)
+
+
+@dataclass(frozen=True)
+class AdmissionView:
+    """What ``avsim plan`` prints about admission and the scheduler."""
+
+    load: CaseLoad
+    pools: Pools
+    #: The cases in flight planned: the target when admitting, else the window's most (W x S).
+    cases_in_flight: int
+    admitting: bool
+    feed: SchedulerFeed
+    #: The simulated run (critical path), when simulated: what the loop really carried.
+    simulated: SimResult | None = None
+
+
+def admission_view(
+    workload: Workload,
+    capacity: Capacity,
+    options: SimOptions,
+    *,
+    ms_per_task_instance: float,
+    simulated: SimResult | None = None,
+) -> AdmissionView:
+    load = workload.case_load(options.phase_overhead_seconds)
+    pools = pools_of(capacity)
+    admitting = options.cases_in_flight is not None
+    if options.cases_in_flight is not None:
+        cases = options.cases_in_flight
+    else:
+        cases = min(len(workload.cases), options.shard_size * options.max_active_shards)
+    feed = scheduler_feed(
+        load, pools, cases, ms_per_task_instance=ms_per_task_instance, max_per_loop=options.max_tis_per_loop
+    )
+    return AdmissionView(load, pools, cases, admitting, feed, simulated)
+
+
+def format_admission(view: AdmissionView, *, ms_setting: str, per_loop_setting: str) -> list[str]:
+    """The lines ``avsim plan`` adds under its table; the last is a warning when the scheduler
+    cannot feed the pools (docs/design.md, "Admission by cases in flight")."""
+    load, feed = view.load, view.feed
+    how = (
+        f"admission by cases in flight: at most {view.cases_in_flight:,} unfinished cases (Little's law "
+        f"{load.littles_law_cases(view.pools):,.0f} over the {binding_pool(load, view.pools)} pool, or "
+        "[avsim] cases_in_flight)"
+        if view.admitting
+        else f"window of whole shard runs: up to {view.cases_in_flight:,} cases in flight"
+    )
+    lines = [
+        how,
+        f"pools at full occupancy need {feed.starts_per_second:.3f} phase starts per second "
+        f"({load.phases:.2f} phases per case, {load.task_instances:.2f} task instances with the "
+        "on-demand twins)",
+        f"scheduler: expected loop {feed.loop_seconds:.1f} s at {view.cases_in_flight:,} cases in flight "
+        f"({feed.task_instances:,.0f} unfinished phase task instances x {ms_setting}); it queues at most "
+        f"{feed.max_per_loop} per loop ({per_loop_setting}), the pools need {feed.starts_per_loop:.1f}",
+    ]
+    sim = view.simulated
+    if sim is not None and sim.loops:
+        lines.append(
+            f"simulated loop: mean {sim.mean_loop_seconds:.1f} s, longest {sim.max_loop_seconds:.1f} s; "
+            f"unfinished phase task instances at most {sim.peak_task_instances:,}, on average "
+            f"{sim.mean_task_instances:,.0f} ({sim.twin_share * 100:.0f} % on-demand twins); "
+            f"{sim.peak_active_shard_runs} shard runs active at most"
+        )
+    if not feed.can_feed:
+        lines.append(
+            f"WARNING: the scheduler cannot feed the pools: one {feed.loop_seconds:.1f} s loop must queue "
+            f"{feed.starts_per_loop:.1f} phases and queues at most {feed.max_per_loop}; fewer cases in "
+            "flight, a faster scheduler (more schedulers, a faster metadata database) or a larger "
+            "max_tis_per_query"
+        )
+    return lines
