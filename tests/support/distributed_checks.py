@@ -138,6 +138,25 @@ def log_in_s3(stack: DistributedStack, t: Try) -> bool:
     return any(o["Key"].rsplit("/", 1)[-1].startswith(f"attempt={t.try_number}.") for o in listed)
 
 
+def week_state(stack: DistributedStack, run_prefix: str) -> str:
+    """What a failed wait reports: the week's runs and their task instances, counted by task, state and
+    host (a wait that times out then says whether the week was stuck, ended or ran elsewhere)."""
+    runs = query(
+        stack,
+        "SELECT dag_id, run_id, state FROM dag_run WHERE position(:p in run_id) = 1 ORDER BY id",
+        p=run_prefix,
+    )
+    tis = query(
+        stack,
+        "SELECT task_id, coalesce(state, 'none'), coalesce(hostname, ''), count(*) FROM task_instance "
+        "WHERE position(:p in run_id) = 1 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        p=run_prefix,
+    )
+    return "; ".join(
+        [*(f"{d}/{r}: {s}" for d, r, s in runs), *(f"{t} {s}@{h or '-'} x{n}" for t, s, h, n in tis)]
+    )
+
+
 @dataclass(frozen=True)
 class LostWorker:
     """What a killed worker took with it."""
@@ -186,7 +205,10 @@ def kill_worker_holding_phases(
             break
         time.sleep(0.2)
     else:
-        raise TimeoutError(f"{name} never ran {at_least} phases at once (last: {held})")
+        raise TimeoutError(
+            f"{name} never ran {at_least} phases at once (last: {held}, phase processes {len(phases)}); "
+            f"the week then: {week_state(stack, run_prefix)}"
+        )
     tree = stack.kill_tree(name)
     # A try the worker began after the last look (its state set running, its hostname this worker) is
     # lost too: after the kill nothing of this worker changes a task instance, so look once more.
