@@ -33,8 +33,9 @@ from avsim.errors import AvsimError
 from avsim.plan.graph import remaining_path
 
 #: Target cases in flight / the Little's-law minimum (:attr:`CaseLoad.littles_law_cases`). Measured by
-#: ``bench/planner.py`` (admission mode, 10,000 sample cases, 280 spot GPUs, 200 CPU slots): the
-#: smallest factor of the sweep whose makespan is within 1 % of the lower bound.
+#: ``bench/planner.py`` (section 4: 10,000 sample cases, 280 spot GPUs, 200 CPU slots, S = 250, W = 6):
+#: the smallest factor of the sweep whose makespan is within 1 % of the lower bound (1.009; 1.75 gave
+#: 1.015, 1.5 gave 1.040).
 HEADROOM = 2.0
 
 #: Airflow's default ``[scheduler] max_tis_per_query``: the most task instances one loop queues.
