@@ -252,3 +252,24 @@ def later_run_ids(dag_id: str, run_id: str, limit: int = 20, engine: Any = None)
         if not conn.execute(found).scalar():
             return None
         return [str(r) for r in conn.execute(query).scalars()]
+
+
+# -- the cncf KubernetesPodOperator's private members (avsim.operators.kubernetes) -----------------
+def kpo_ti_pod_labels(context: Any) -> dict[str, str]:
+    """The labels the stock ``KubernetesPodOperator`` puts on every pod it builds for a task instance
+    (dag, task, run, map index, try number; its private static ``_get_ti_pod_labels``): it finds the
+    pod again by them, so the phase's own pod carries them too."""
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    return dict(KubernetesPodOperator._get_ti_pod_labels(context))
+
+
+def kpo_killed(operator: Any) -> bool:
+    """Whether the stock operator's ``on_kill`` ran on ``operator`` (its private ``_killed`` flag, which
+    makes its ``cleanup`` stand down)."""
+    return bool(getattr(operator, "_killed", False))
+
+
+def kpo_mark_killed(operator: Any) -> None:
+    """Set the stock operator's ``_killed`` flag, as its ``on_kill`` does: its own cleanup steps stand down."""
+    operator._killed = True

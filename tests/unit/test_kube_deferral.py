@@ -90,7 +90,7 @@ def test_a_resumed_phase_rebuilds_its_attempt_without_reading_upstream_xcoms(
     op, _ = operator(0)
     op.upstream_phases = {"prepare": ["standard.prepare"]}
     # The phase's spec from the run's snapshot (which the ledger would read).
-    monkeypatch.setattr(op, "runtime_spec", lambda: phase_spec(0)[1])
+    monkeypatch.setattr(op.service, "runtime_spec", lambda: phase_spec(0)[1])
     monkeypatch.setattr(
         op,
         "_conclude",
@@ -130,7 +130,7 @@ def test_a_timed_out_deferral_is_recorded_as_an_infrastructure_failure(
         current_attempt=lambda case_id, phase: 3,
         attempts=lambda case_id, phase: [SimpleNamespace(attempt=3, started_at="2026-12-01T10:00:00+00:00")],
     )
-    monkeypatch.setattr(KubernetesPhaseOperator, "ledger", ledger)
+    monkeypatch.setattr(op.service, "ledger", ledger)
     monkeypatch.setattr(op, "attempt_for", lambda context, number=0: (attempt.with_attempt(number), ""))
 
     def conclude(

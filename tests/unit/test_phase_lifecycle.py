@@ -84,13 +84,14 @@ class Phase(PhaseLifecycle):
         self.retries = 0
 
     def set_retries(self) -> None:
-        r = self.runtime_spec().get("retry") or {}
+        r = self.service.runtime_spec().get("retry") or {}
         self.retries = task_retries(
             self.role,
             int(r.get("infrastructure", 2)),
             int(r.get("preemption", 3)),
             int(r.get("on_demand_after_preemptions", 2)),
         )
+        self.__dict__.pop("service", None)  # built again with the task's retries
 
 
 @pytest.fixture
@@ -143,7 +144,7 @@ def wrote_result(attempt: PhaseAttempt) -> None:
 
 
 def _spec(task: Phase) -> dict[str, Any]:
-    return dict(task.runtime_spec().get("retry") or {})
+    return dict(task.service.runtime_spec().get("retry") or {})
 
 
 def test_a_passed_attempt_is_committed_and_a_later_try_reuses_it(week: Any) -> None:
@@ -272,7 +273,7 @@ def test_a_failed_scenario_is_a_result(week: Any) -> None:
 def test_an_open_breaker_stops_the_launch(week: Any) -> None:
     task = _task(week, "prepare", Role.REGULAR, 0)
     assert task.node_class == NODE_CPU
-    task.breaker.trip("the canary gate failed")
+    task.service.breaker.trip("the canary gate failed")
     with pytest.raises(exc.BreakerOpen, match="circuit breaker open"):
         task.begin_attempt({"ti": TaskInstance(task.task_id)})
     committed = week[2].outcome(week[1]["case_id"], "prepare")

@@ -30,21 +30,29 @@ import threading
 import time
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.version import version as airflow_version
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
-from avsim.airflow_internals import pod_config_dict, pod_mutation_hook
+from avsim.airflow_internals import (
+    kpo_ti_pod_labels,
+    pod_config_dict,
+    pod_mutation_hook,
+)
 from avsim.attempt import PhaseAttempt
 from avsim.kube import pod_spec, pods
+from avsim.operators.kube_sync import SyncPodPath
 from avsim.operators.lifecycle import PhaseLifecycle
 from avsim.phases.contract import AttemptResult, Detail, Outcome
 from avsim.phases.policy import Role
 from avsim.settings import KubernetesSettings
 from avsim.ui.links import PHASE_LINKS
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 #: Log lines of a failed pod kept in the attempt's reason.
 LOG_TAIL_LINES = 20
@@ -53,11 +61,9 @@ LOG_TAIL_LINES = 20
 DEFERRAL_MARGIN_SECONDS = 300.0
 #: Attempts whose pod is force-deleted (grace 0): a hung phase, or a pod on a node that is gone.
 FORCE_DELETE_DETAILS = frozenset({Detail.LEASE_EXPIRED, Detail.NODE_LOST, Detail.TIMEOUT})
-#: How long :meth:`KubernetesPhaseOperator.on_kill` waits for its deletion of the pod and Lease.
-ON_KILL_WAIT_SECONDS = 5.0
 
 
-class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
+class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle):
     """Runs one phase attempt as a pod, under the avsim phase contract.
 
     Takes the phase arguments of :class:`avsim.operators.phase.AvsimPhaseOperator` plus the cluster
@@ -129,7 +135,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         self._watchdog_result: AttemptResult | None = None
 
     # -- execute: the lifecycle around the stock operator ---------------------------------------
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Context) -> Any:
         self.take_over(context)
         begun = self.begin_attempt(context)
         if isinstance(begun, dict):
@@ -156,7 +162,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         assert self._sync_result is not None
         return self._result(context, self._sync_result)
 
-    def _result(self, context: Any, result: dict[str, Any]) -> dict[str, Any]:
+    def _result(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
         """Hand the phase's result to its downstream phases.
 
         The stock operator's ``do_xcom_push`` means its XCom sidecar (and ``pods/exec``), so it stays
@@ -168,14 +174,16 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         return result
 
     # -- the pod ----------------------------------------------------------------------------------
-    def build_pod_request_obj(self, context: Any = None, *, dry_run: bool = False) -> k8s.V1Pod:
+    def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
         if self._attempt is not None:
             return self.attempt_pod(self._attempt, context, dry_run=dry_run)
         pod = super().build_pod_request_obj(context, dry_run=dry_run)  # no attempt: nothing runs it
         pod.spec.enable_service_links = False
         return pod
 
-    def attempt_pod(self, attempt: PhaseAttempt, context: Any = None, *, dry_run: bool = False) -> k8s.V1Pod:
+    def attempt_pod(
+        self, attempt: PhaseAttempt, context: Context | None = None, *, dry_run: bool = False
+    ) -> k8s.V1Pod:
         """The pod of ``attempt`` as sent: :func:`avsim.kube.pod_spec.phase_pod`, plus what the stock
         operator adds to every pod it builds (the task instance's identifying labels, which it finds
         the pod by, and Airflow's version) and the cluster's ``pod_mutation_hook``."""
@@ -183,12 +191,12 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         pod = pod_spec.phase_pod(
             attempt,
             namespace=str(self.namespace or self.kube.namespace),
-            priority=pod_spec.priority_key(self.descriptor.run_class, run_id),
+            priority=pod_spec.priority_key(self.service.descriptor.run_class, run_id),
             kube=self.kube,
             service_account=self.service_account_name,
             grace_seconds=self.termination_grace_period,
         )
-        labels = self._get_ti_pod_labels(context)
+        labels = kpo_ti_pod_labels(context)
         self.log.info("Building pod %s with labels: %s", pod.metadata.name, labels)
         pod.metadata.labels.update(labels)
         pod.metadata.labels["airflow_version"] = airflow_version.replace("+", "-")
@@ -197,7 +205,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         pod_mutation_hook(pod)
         return pod
 
-    def execute_async(self, context: Any) -> None:
+    def execute_async(self, context: Context) -> None:
         """The stock deferrable start (create the pod, defer) without its ``pod_name`` and
         ``pod_namespace`` XComs: two execution-API calls per attempt that nothing reads here (the pod's
         name is the attempt's runner in the ledger, shown on the case page). With pod callbacks set,
@@ -213,7 +221,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
             self._raise_killed(self.pod)
         self.invoke_defer_method(context=context)
 
-    def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Any) -> k8s.V1Pod:
+    def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Context) -> k8s.V1Pod:
         assert self._attempt is not None
         if self._user_kill.is_set():  # killed before its pod was created: nothing is launched
             self._raise_killed(pod_request_obj)
@@ -277,7 +285,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                     self.log.warning("could not delete %s/%s: %s", namespace, name, exc.reason)
 
     # -- deferrable: the shared-watch trigger ------------------------------------------------------
-    def invoke_defer_method(self, last_log_time: Any = None, context: Any = None) -> None:
+    def invoke_defer_method(self, last_log_time: Any = None, context: Context | None = None) -> None:
         from avsim.triggers.phase_pod import PhasePodTrigger
 
         assert self._attempt is not None and self.pod is not None and self._started is not None
@@ -312,7 +320,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
             timeout=dt.timedelta(seconds=self.deferral_timeout_seconds(self._attempt)),
         )
 
-    def _pass_commit(self, context: Any) -> dict[str, Any] | None:
+    def _pass_commit(self, context: Context | None) -> dict[str, Any] | None:
         """What the trigger needs to end a passed attempt without a worker (:mod:`avsim.operators.pass_commit`);
         None with pod callbacks (they run in the worker when the pod completes)."""
         if context is None or self.callbacks:
@@ -341,7 +349,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         triggerer that cannot fire (see :meth:`resume_execution`)."""
         return self.attempt_deadline_seconds(a) + DEFERRAL_MARGIN_SECONDS
 
-    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """A deferral that timed out is the attempt's infrastructure failure, recorded like any other."""
         from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 
@@ -353,34 +361,23 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
             return super().resume_execution(next_method, next_kwargs, context)
         return self._deferral_timed_out(context)
 
-    def _deferral_timed_out(self, context: Any) -> Any:
+    def _deferral_timed_out(self, context: Context) -> Any:
         """Airflow timed the deferral out: the triggerer never reported. Look for a commit first (the
         trigger may have committed the pass and died before Airflow took its event): a committed result
         is the phase's, and no failure is recorded over it. Otherwise the claimed attempt ends
         ``infra_failed``/``timeout`` (and the fence in :meth:`end_attempt` still refuses it if its end
         was settled meanwhile)."""
-        probe, _ = self.attempt_for(context)
-        committed = self.ledger.outcome(probe.case_id, self.phase)
-        number = self.ledger.current_attempt(probe.case_id, self.phase) or 0
-        # A run-level phase's result is replaced by a later round's: only its current attempt's counts.
-        if (
-            committed is not None
-            and committed.outcome.produced_output
-            and (committed.attempt == number or not self.is_run_level)
-        ):
+        self.attempt_for(context)  # its inputs are still there: a missing one fails here, as before
+        committed, number = self.service.committed_after_timeout()
+        if committed is not None:
             self.log.warning(
                 "the deferral of %s timed out, but attempt %d's result is committed: returned, nothing recorded",
                 self._where(),
-                committed.attempt,
+                committed.result.attempt,
             )
-            return self._result(context, self._xcom(committed))
+            return self._result(context, committed.xcom())
         attempt, _ = self.attempt_for(context, number)
-        records = [r for r in self.ledger.attempts(attempt.case_id, self.phase) if r.attempt == number]
-        started = (
-            dt.datetime.fromisoformat(records[-1].started_at)
-            if records and records[-1].started_at
-            else dt.datetime.now(dt.UTC)
-        )
+        started = self.service.started_at(number)
         name = pods.pod_name(attempt.layout.run_key, attempt.case_id, attempt.phase, number)
         namespace = str(self.namespace or self.kube.namespace)
         limit = self.deferral_timeout_seconds(attempt)
@@ -399,7 +396,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
 
     def phase_complete(
         self,
-        context: Any,
+        context: Context,
         event: dict[str, Any],
         inputs: dict[str, str] | None = None,
         cache_key: str | None = None,
@@ -430,7 +427,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
                 Outcome.INFRA_FAILED,
                 None,
                 f"lost track of pod {name}: {event.get('message')}",
-                "watch_error",
+                Detail.WATCH_ERROR,
                 name,
             )
         return self._result(context, self._conclude(context, attempt, result, namespace, name, started))
@@ -450,7 +447,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
 
     def _conclude(
         self,
-        context: Any,
+        context: Context,
         attempt: PhaseAttempt,
         result: AttemptResult,
         namespace: str,
@@ -485,113 +482,3 @@ class KubernetesPhaseOperator(KubernetesPodOperator, PhaseLifecycle):
         except ApiException:
             return ""
         return str(text or "").strip()
-
-    # -- synchronous path ----------------------------------------------------------------------
-    def cleanup(
-        self, pod: k8s.V1Pod, remote_pod: k8s.V1Pod, xcom_result: Any = None, context: Any = None
-    ) -> None:
-        """The stock operator's last step in sync mode: classify the pod, record the attempt, delete the pod.
-        After a user's kill (:meth:`on_kill`) nothing is recorded: it raises :class:`PhaseKilled`."""
-        if self._user_kill.is_set() and pod is not None:
-            self._raise_killed(pod)
-        if self._killed or self._attempt is None or context is None or pod is None:
-            return
-        namespace, name = pod.metadata.namespace, pod.metadata.name
-        if self._lease_expired.is_set() and self._watchdog_result is not None:
-            result: AttemptResult | None = self._watchdog_result
-        else:
-            result = self._read_result(namespace, name)
-        if result is None:  # still running after the stock wait gave up (e.g. startup timeout)
-            result = AttemptResult(
-                Outcome.INFRA_FAILED, None, "the pod did not finish: startup timeout", "startup_timeout", name
-            )
-        assert self._started is not None
-        self._sync_result = self._conclude(context, self._attempt, result, namespace, name, self._started)
-
-    def on_kill(self) -> None:
-        """Airflow's task runner calls this from its SIGTERM handler (sync mode): a user marked the
-        running task failed or success, or cleared it, or the worker is shutting down. Flag the kill and
-        delete the attempt's pod (with its grace period) and its Lease; the task's thread then raises
-        :class:`~avsim.operators.phase.PhaseKilled` and records nothing (the stock ``on_kill`` deleted
-        the pod only, and the task went on to fail on the vanished pod with the Lease left behind).
-
-        The deletion runs in its own thread, waited for a few seconds: the handler interrupts the
-        task's thread, which may hold the API client's connection pool; the task's thread deletes
-        again (idempotent) before it raises. A deferred phase is killed in its trigger
-        (:meth:`avsim.triggers.phase_pod.PhasePodTrigger.on_kill`), not here."""
-        self._user_kill.set()
-        self._killed = True  # the stock operator's flag: its own cleanup steps stand down
-        pod = self.pod
-        if pod is None:
-            return
-        deleting = threading.Thread(
-            target=self._delete,
-            args=(pod.metadata.namespace, pod.metadata.name, self.termination_grace_period),
-            name="avsim-on-kill",
-            daemon=True,
-        )
-        deleting.start()
-        deleting.join(timeout=ON_KILL_WAIT_SECONDS)
-
-    def _raise_killed(self, pod: k8s.V1Pod) -> None:
-        """End a killed task: make sure its pod and Lease are gone, record nothing, raise."""
-        from avsim.operators.phase import PhaseKilled
-
-        namespace = pod.metadata.namespace or str(self.namespace or self.kube.namespace)
-        self._delete(namespace, pod.metadata.name, grace=self.termination_grace_period)
-        number = self._attempt.attempt if self._attempt is not None else None
-        raise PhaseKilled(f"{self._where(number)} was killed (pod {pod.metadata.name}): nothing recorded")
-
-    def _start_watchdog(self) -> threading.Event:
-        """Sync mode: a thread that ends the pod when its Lease goes stale or its node is lost
-        (deferrable mode: the trigger)."""
-        stop = threading.Event()
-        attempt = self._attempt
-        if attempt is None:
-            return stop
-
-        def end(ns: str, name: str, result: AttemptResult | None) -> None:
-            self.log.error("pod %s: %s; ending it", name, result.reason if result else "")
-            self._watchdog_result = result
-            self._lease_expired.set()
-            self._delete(ns, name, grace=0)
-
-        def watch() -> None:
-            while not stop.wait(self.lease_check_interval):
-                if self.pod is None:
-                    continue
-                ns, name = self.pod.metadata.namespace, self.pod.metadata.name
-                try:
-                    remote = self.client.api_client.sanitize_for_serialization(
-                        self.client.read_namespaced_pod(name, ns)
-                    )
-                except ApiException:
-                    continue
-                lost = pods.classify_pod(remote, node_class=self.node_class, now=time.time())
-                if lost is not None and lost.detail == Detail.NODE_LOST:
-                    end(ns, name, lost)
-                    return
-                if not attempt.runtime.lease_seconds or not pods.is_running(remote):
-                    continue
-                if pods.is_terminating(remote):
-                    continue
-                try:
-                    lease = self.coordination.read_namespaced_lease(name, ns)
-                except ApiException:
-                    continue
-                lease_doc = self.client.api_client.sanitize_for_serialization(lease)
-                if pods.pod_lease_age(remote, lease_doc, time.time()) > attempt.runtime.lease_seconds:
-                    end(
-                        ns,
-                        name,
-                        pods.classify_pod(
-                            remote,
-                            node_class=self.node_class,
-                            lease_expired=True,
-                            lease_seconds=attempt.runtime.lease_seconds,
-                        ),
-                    )
-                    return
-
-        threading.Thread(target=watch, name="avsim-lease-watchdog", daemon=True).start()
-        return stop

@@ -31,37 +31,45 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
 
 from avsim.attempt import PhaseAttempt
+from avsim.attempt.args import PhaseArgs
+from avsim.attempt.service import AttemptService
 from avsim.contracts import PassCommit
 from avsim.errors import AvsimError
-from avsim.operators.lifecycle import PhaseLifecycle
 from avsim.phases.contract import AttemptResult, Outcome
-from avsim.phases.policy import Role
 from avsim.triggers.phase_pod import PhasePodTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from avsim.operators.lifecycle import PhaseLifecycle
 
 log = logging.getLogger(__name__)
 
 
-def pass_commit(op: PhaseLifecycle, context: Any, attempt: PhaseAttempt, started: dt.datetime) -> PassCommit:
+def pass_commit(
+    op: PhaseLifecycle, context: Context, attempt: PhaseAttempt, started: dt.datetime
+) -> PassCommit:
     """What ``op``'s trigger needs to commit ``attempt`` when its pod passes."""
-    ti = context["ti"]
+    args = op.service.args
+    tv = op.try_view(context["ti"])
     return PassCommit(
-        run=op.descriptor,
-        case=dict(op.case),
-        phase=op.phase,
-        task_id=op.task_id,
-        role=op.role.value,
+        run=op.service.descriptor,
+        case=dict(args.case),
+        phase=args.phase,
+        task_id=args.task_id,
+        role=args.role.value,
         gpus=attempt.runtime.gpus,
-        node_class=op.node_class,
+        node_class=args.node_class,
         attempt=attempt.attempt,
         output_uri=attempt.output_uri,
         cache_key=attempt.cache_key,
-        try_number=int(ti.try_number),
-        round_start=op.round_start(ti),
+        try_number=tv.try_number,
+        round_start=tv.round_start(args.retries),
         started_at=started.isoformat(),
     )
 
@@ -71,69 +79,46 @@ class MissingOutputs(AvsimError):
     decides (retry within the infrastructure budget); the trigger records nothing."""
 
 
-class _CommitSide(PhaseLifecycle):
-    """The phase lifecycle as the trigger runs it: the operator's phase arguments from a PassCommit."""
+def _service(plan: PassCommit) -> AttemptService:
+    """The attempt service with the deferred task's phase arguments, as its PassCommit carries them."""
+    from avsim import metrics
 
-    def __init__(self, plan: PassCommit) -> None:
-        self.plan = plan
-        self.phase = plan.phase
-        self.case = dict(plan.case)
-        self.run = plan.run.to_json()
-        self.task_id = plan.task_id
-        self.role = Role(plan.role)
-        self.gpus = plan.gpus
-        self.node_class = plan.node_class
-        self.upstream_phases = {}
-        self.inputs = None
-        self.retries = None
-        self.reuse_outputs = True
-        self.log = log
-
-    def commit_passed(self, result: AttemptResult) -> dict[str, Any]:
-        """Check the attempt's outputs, fence, record, measure and commit a passed attempt (the order
-        :meth:`PhaseLifecycle.end_attempt` keeps); the phase's result. Raises when the end is not the
-        trigger's to make: outputs missing (:class:`MissingOutputs`, a failure with a retry decision),
-        or a newer try owns the phase (:class:`avsim.ledger.store.AttemptSuperseded`)."""
-        plan = self.plan
-        if result.outcome is not Outcome.PASSED:
-            raise ValueError(
-                f"{plan.task_id}: the trigger commits passed attempts only, not {result.outcome.value}"
-            )
-        checked, result_doc = self._outputs_checked(result, plan.output_uri)
-        if checked.outcome is not Outcome.PASSED:  # nothing recorded: the worker decides the retry
-            raise MissingOutputs(f"{plan.task_id} attempt {plan.attempt}: {checked.detail}: {checked.reason}")
-        rec = self._ended_record(
-            case_id=str(plan.case["case_id"]),
-            attempt=plan.attempt,
-            output_uri=plan.output_uri,
-            gpus=plan.gpus,
-            try_number=plan.try_number,
-            round_start=plan.round_start,
-            result=result,
-            started=dt.datetime.fromisoformat(plan.started_at),
-        )
-        settled = self._record_ended(rec, plan.gpus)
-        if settled is not None:
-            return self._xcom(settled)
-        return self._commit(rec, result, plan.cache_key, result_doc)
-
-    def committed_result(self) -> dict[str, Any] | None:
-        found = self.ledger.outcome(str(self.plan.case["case_id"]), self.phase)
-        if found is None or found.attempt != self.plan.attempt or found.outcome is not Outcome.PASSED:
-            return None
-        return self._xcom(found)
+    args = PhaseArgs.of(
+        phase=plan.phase,
+        case=plan.case,
+        run=plan.run,
+        task_id=plan.task_id,
+        role=plan.role,
+        gpus=plan.gpus,
+    )
+    return AttemptService(args, meter=metrics, log=log)
 
 
 def commit_passed(plan: PassCommit, result: AttemptResult) -> dict[str, Any]:
     """Record and commit a passed attempt; return the phase's result (the task instance's return
-    value), which is the phase's first commit (an earlier one, if any, wins)."""
-    return _CommitSide(plan).commit_passed(result)
+    value), which is the phase's first commit (an earlier one, if any, wins). Raises when the end is
+    not the trigger's to make: outputs missing (:class:`MissingOutputs`, a failure with a retry
+    decision), or a newer try owns the phase (:class:`avsim.ledger.store.AttemptSuperseded`)."""
+    done = _service(plan).commit_passed(
+        attempt=plan.attempt,
+        output_uri=plan.output_uri,
+        gpus=plan.gpus,
+        try_number=plan.try_number,
+        round_start=plan.round_start,
+        cache_key=plan.cache_key,
+        started=dt.datetime.fromisoformat(plan.started_at),
+        result=result,
+    )
+    if isinstance(done, AttemptResult):  # nothing recorded: the worker decides the retry
+        raise MissingOutputs(f"{plan.task_id} attempt {plan.attempt}: {done.detail}: {done.reason}")
+    return done.xcom()
 
 
 def committed_result(plan: PassCommit) -> dict[str, Any] | None:
     """The phase's result when ``plan``'s attempt already committed it (a trigger that runs again after
     it committed), else None."""
-    return _CommitSide(plan).committed_result()
+    done = _service(plan).committed_pass(plan.attempt)
+    return done.xcom() if done is not None else None
 
 
 class PassCommitTrigger(PhasePodTrigger):

@@ -1,9 +1,10 @@
 """Phase operators: one task instance = one phase of one case (or one run-level phase).
 
 :class:`AvsimPhaseOperator` is a ``BaseOperator`` with the phase contract's lifecycle
-(:class:`avsim.operators.lifecycle.PhaseLifecycle`): begin the attempt (reuse a committed or
-cached result, check the build's breaker and the retry budgets, claim the attempt), launch it,
-end it (record, classify, commit, retry by class). A backend overrides one seam,
+(:class:`avsim.operators.lifecycle.PhaseLifecycle`, the adapter of the Airflow-free
+:class:`avsim.attempt.service.AttemptService`): begin the attempt (reuse a committed or cached
+result, check the build's breaker and the retry budgets, claim the attempt), launch it, end it
+(record, classify, commit, retry by class). A backend overrides one seam,
 :meth:`AvsimPhaseOperator.launch`, which runs the attempt and says how it ended.
 :class:`LocalPhaseOperator` (the embedded default) runs it as a local process and watches its
 heartbeat. The Kubernetes backend (:mod:`avsim.operators.kubernetes`) is a
@@ -25,17 +26,20 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
 from avsim.attempt import PhaseAttempt
 from avsim.operators.lifecycle import AttemptResult, PhaseLifecycle
 from avsim.phases import contract
-from avsim.phases.contract import Outcome, classify_exit_code
+from avsim.phases.contract import Detail, Outcome, classify_exit_code
 from avsim.phases.heartbeat import lease_age
 from avsim.phases.policy import Role
 from avsim.ui.links import PHASE_LINKS
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 #: The lines of a phase's output kept for the ledger's ``reason`` when it fails.
 REASON_TAIL_LINES = 5
@@ -85,7 +89,7 @@ class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
             reuse_outputs=reuse_outputs,
         )
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         self.take_over(context)
         begun = self.begin_attempt(context)
         if isinstance(begun, dict):
@@ -103,7 +107,7 @@ class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
         return self.end_attempt(context, begun, result, started)
 
     # -- the backend seam ---------------------------------------------------------------------
-    def launch(self, attempt: PhaseAttempt, context: Any) -> AttemptResult:
+    def launch(self, attempt: PhaseAttempt, context: Context) -> AttemptResult:
         raise NotImplementedError
 
 
@@ -132,7 +136,7 @@ class LocalPhaseOperator(AvsimPhaseOperator):
     #: How often the worker looks at the process and its heartbeat, in seconds.
     watch_interval: float = 0.5
 
-    def launch(self, attempt: PhaseAttempt, context: Any) -> AttemptResult:
+    def launch(self, attempt: PhaseAttempt, context: Context) -> AttemptResult:
         hb_dir = tempfile.mkdtemp(prefix="avsim-heartbeat-")
         hb_file = Path(hb_dir) / f"{attempt.case_id}.{attempt.phase}.{attempt.attempt}"
         try:
@@ -165,7 +169,7 @@ class LocalPhaseOperator(AvsimPhaseOperator):
             )
         except OSError as exc:
             return AttemptResult(
-                Outcome.INFRA_FAILED, 127, f"could not start {attempt.argv[0]!r}: {exc}", "spawn"
+                Outcome.INFRA_FAILED, 127, f"could not start {attempt.argv[0]!r}: {exc}", Detail.SPAWN
             )
         runner = f"pid {proc.pid} on {os.uname().nodename}"
         tail: list[str] = []
@@ -211,28 +215,28 @@ class LocalPhaseOperator(AvsimPhaseOperator):
         reader.join(timeout=30)
         outcome = classify_exit_code(code)
         reason = " | ".join(t for t in tail if t) if code else ""
-        detail = (
-            "terminated"
+        how: str = (
+            Detail.TERMINATED
             if outcome is Outcome.PREEMPTED
-            else ("crash" if outcome is Outcome.INFRA_FAILED else "")
+            else (Detail.CRASH if outcome is Outcome.INFRA_FAILED else "")
         )
-        return AttemptResult(outcome, code, reason[-500:], detail, runner)
+        return AttemptResult(outcome, code, reason[-500:], how, runner)
 
     @staticmethod
-    def _must_stop(supervisor: int, started: float, hb_file: Path, runtime: Any) -> tuple[str, str] | None:
+    def _must_stop(supervisor: int, started: float, hb_file: Path, runtime: Any) -> tuple[str, Detail] | None:
         """(reason, detail) when the running phase must be killed now, else None."""
         if os.getppid() != supervisor:
             return (
                 f"the worker (pid {supervisor}) that supervised this task died; the phase was killed",
-                "worker_lost",
+                Detail.WORKER_LOST,
             )
         if time.monotonic() - started > runtime.timeout_seconds:
-            return f"timed out after {runtime.timeout_seconds:g}s and was killed", "timeout"
+            return f"timed out after {runtime.timeout_seconds:g}s and was killed", Detail.TIMEOUT
         silent = _heartbeat_age(hb_file, started)
         if runtime.lease_seconds and silent > runtime.lease_seconds:
             return (
                 f"no heartbeat for {silent:.0f}s (lease {runtime.lease_seconds:g}s): the phase hung and was killed",
-                "lease_expired",
+                Detail.LEASE_EXPIRED,
             )
         return None
 

@@ -19,18 +19,21 @@ retried). The split of work:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
 from avsim.operators.exceptions import PhaseRetriable
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 class PhaseRetryPolicy(RetryPolicy):
     """Retry a phase after the delay its failure class asks for; anything else: Airflow's default."""
 
     def evaluate(
-        self, exception: BaseException, try_number: int, max_tries: int, context: Any = None
+        self, exception: BaseException, try_number: int, max_tries: int, context: Context | None = None
     ) -> RetryDecision:
         if isinstance(exception, PhaseRetriable):
             return RetryDecision.retry(

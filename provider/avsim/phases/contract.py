@@ -230,6 +230,10 @@ class Detail(StrEnum):
     REUSED = "reused"
     #: A result whose declared outputs are missing (:func:`classify_outputs`).
     MISSING_OUTPUT = "missing_output"
+    #: The local phase's process could not be started.
+    SPAWN = "spawn"
+    #: The pod trigger could not watch the pod, and the worker could not read it either.
+    WATCH_ERROR = "watch_error"
 
 
 @dataclass(frozen=True)

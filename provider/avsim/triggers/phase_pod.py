@@ -48,6 +48,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from avsim import airflow_internals
 from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS, resume_not_before
 from avsim.kube.pods import classify_pod, is_running, is_terminating, parse_time, pod_lease_age
+from avsim.phases.contract import Detail, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -280,8 +281,8 @@ class PhasePodTrigger(BaseTrigger):
                 if self.deadline_seconds and time.time() - start > self.deadline_seconds:
                     return self._event(
                         "ended",
-                        outcome="infra_failed",
-                        detail="timeout",
+                        outcome=Outcome.INFRA_FAILED.value,
+                        detail=Detail.TIMEOUT.value,
                         reason=f"the pod did not end within {self.deadline_seconds:g}s of the attempt's start "
                         "(startup timeout + phase timeout + grace + the stuck-Terminating bound): "
                         "nothing reports on it any more",
@@ -316,8 +317,8 @@ class PhasePodTrigger(BaseTrigger):
                 elif now - pending_since > self.startup_timeout:
                     return self._event(
                         "ended",
-                        outcome="infra_failed",
-                        detail="startup_timeout",
+                        outcome=Outcome.INFRA_FAILED.value,
+                        detail=Detail.STARTUP_TIMEOUT.value,
                         reason=f"the pod stayed Pending for more than {self.startup_timeout:g}s (unschedulable or stuck)",
                     )
 
