@@ -43,6 +43,7 @@ from avsim.airflow_internals import (
     pod_mutation_hook,
 )
 from avsim.attempt import PhaseAttempt
+from avsim.contracts.pod import PodEvent
 from avsim.kube import pod_spec, pods
 from avsim.operators.kube_sync import SyncPodPath
 from avsim.operators.lifecycle import PhaseLifecycle
@@ -404,29 +405,19 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
         """Where a deferred phase resumes: the attempt ended (or the trigger could not tell). ``inputs``
         and ``cache_key`` are the attempt's, as it deferred (absent from a deferral before they were)."""
         resolved = (inputs, cache_key or "") if inputs is not None else None
-        attempt, _ = self.attempt_for(context, int(event["attempt"]), resolved)
-        started = (
-            dt.datetime.fromisoformat(event["started_at"])
-            if event.get("started_at")
-            else dt.datetime.now(dt.UTC)
-        )
-        name, namespace = str(event["pod"]), str(event["namespace"])
-        if event.get("status") == "ended":
-            result = AttemptResult(
-                Outcome(str(event["outcome"])),
-                event.get("exit_code"),
-                str(event.get("reason") or ""),
-                str(event.get("detail") or ""),
-                name,
-            )
-        else:
+        ended = PodEvent.model_validate(event)
+        attempt, _ = self.attempt_for(context, ended.attempt, resolved)
+        started = dt.datetime.fromisoformat(ended.started_at) if ended.started_at else dt.datetime.now(dt.UTC)
+        name, namespace = ended.pod, ended.namespace
+        result = ended.result()
+        if result is None:
             self.log.warning(
-                "the trigger could not watch pod %s: %s; reading it directly", name, event.get("message")
+                "the trigger could not watch pod %s: %s; reading it directly", name, ended.message
             )
             result = self._read_result(namespace, name) or AttemptResult(
                 Outcome.INFRA_FAILED,
                 None,
-                f"lost track of pod {name}: {event.get('message')}",
+                f"lost track of pod {name}: {ended.message}",
                 Detail.WATCH_ERROR,
                 name,
             )

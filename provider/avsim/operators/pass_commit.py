@@ -39,6 +39,7 @@ from avsim.attempt import PhaseAttempt
 from avsim.attempt.args import PhaseArgs
 from avsim.attempt.service import AttemptService
 from avsim.contracts import PassCommit
+from avsim.contracts.pod import PodEvent
 from avsim.errors import AvsimError
 from avsim.phases.contract import AttemptResult, Outcome
 from avsim.triggers.phase_pod import PhasePodTrigger
@@ -135,13 +136,13 @@ class PassCommitTrigger(PhasePodTrigger):
         classpath, kwargs = super().serialize()
         return classpath, {**kwargs, "commit": self.commit}
 
-    async def end_here(self, event: dict[str, Any]) -> TriggerEvent | None:
+    async def end_here(self, event: PodEvent) -> TriggerEvent | None:
         """The task's end when this trigger commits the attempt (or had committed it), else None:
         the event resumes the phase in a worker."""
         try:
             plan = PassCommit.model_validate(self.commit)
-            outcome = Outcome(str(event.get("outcome"))) if event.get("status") == "ended" else None
-            if outcome is not Outcome.PASSED:
+            result = event.result()
+            if result is None or result.outcome is not Outcome.PASSED:
                 value = await asyncio.to_thread(committed_result, plan)
                 if value is None:
                     return None
@@ -149,13 +150,6 @@ class PassCommitTrigger(PhasePodTrigger):
                     "%s: attempt %d had committed already; ending the task", self.pod_name, self.attempt
                 )
             else:
-                result = AttemptResult(
-                    outcome,
-                    event.get("exit_code"),
-                    str(event.get("reason") or ""),
-                    str(event.get("detail") or ""),
-                    self.pod_name,
-                )
                 value = await asyncio.to_thread(commit_passed, plan, result)
         except Exception as exc:  # the worker commits it, as it does without this trigger
             log.warning(

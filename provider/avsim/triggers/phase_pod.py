@@ -3,7 +3,8 @@
 :class:`PhasePodTrigger` makes no API request of its own: it subscribes to the triggerer's shared
 watch of the namespace (:class:`avsim.triggers.pod_watch.NamespaceWatch`) and decides from what the
 watch last saw, with the same classifier the operator's synchronous path uses
-(:func:`avsim.kube.pods.classify_pod`). It fires one event:
+(:func:`avsim.kube.pods.classify_pod`). It fires one event, a :class:`avsim.contracts.pod.PodEvent`
+as JSON:
 
 ``{"status": "ended", "outcome": ..., "exit_code": ..., "reason": ..., "detail": ..., ...}``
     the attempt ended: succeeded, failed (with the exit code and reason), preempted (evicted, node
@@ -47,8 +48,9 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from avsim import airflow_internals
 from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS, resume_not_before
+from avsim.contracts.pod import PodEvent, PodStatus
 from avsim.kube.pods import classify_pod, is_running, is_terminating, parse_time, pod_lease_age
-from avsim.phases.contract import Detail, Outcome
+from avsim.phases.contract import AttemptResult, Detail, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +171,7 @@ class PhasePodTrigger(BaseTrigger):
         try:
             event = await self._wait()
         except Exception as exc:  # an event, never an exception: the operator decides what it means
-            event = self._event("error", message=f"{type(exc).__name__}: {exc}")
+            event = self._event(PodStatus.ERROR, message=f"{type(exc).__name__}: {exc}")
         # Never fire within min_wait_seconds of deferring: a task resumed sooner can be failed by
         # Airflow's scheduler (avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS says why).
         await resume_not_before(began, self.min_wait_seconds)
@@ -182,7 +184,7 @@ class PhasePodTrigger(BaseTrigger):
         if ended is not None:
             yield ended
             return
-        yield TriggerEvent(event)
+        yield TriggerEvent(event.to_json())
 
     async def on_kill(self) -> None:
         """A user marked the deferred phase failed or success, or cleared it: delete the attempt's pod
@@ -250,7 +252,7 @@ class PhasePodTrigger(BaseTrigger):
             return False
         return state == "deferred"
 
-    async def end_here(self, event: dict[str, Any]) -> TriggerEvent | None:
+    async def end_here(self, event: PodEvent) -> TriggerEvent | None:
         """The seam where a subclass ends the task itself instead of firing ``event`` (which resumes
         the phase in a worker): :class:`avsim.operators.pass_commit.PassCommitTrigger` commits a passed
         attempt. Here: None, always."""
@@ -262,7 +264,7 @@ class PhasePodTrigger(BaseTrigger):
         async with watch.subscribe(self.pod_name, self.pod_name):
             await watch.delete_attempt(self.pod_name)
 
-    async def _wait(self) -> dict[str, Any]:
+    async def _wait(self) -> PodEvent:
         watch = self.watch()
         began = time.monotonic()
         seen = False
@@ -275,14 +277,15 @@ class PhasePodTrigger(BaseTrigger):
                 if watch.failing:
                     if time.monotonic() - began > 10 * self.check_interval:
                         return self._event(
-                            "error", message=f"the watch of {self.namespace} keeps failing: {watch.failing}"
+                            PodStatus.ERROR,
+                            message=f"the watch of {self.namespace} keeps failing: {watch.failing}",
                         )
                     continue
                 if self.deadline_seconds and time.time() - start > self.deadline_seconds:
                     return self._event(
-                        "ended",
-                        outcome=Outcome.INFRA_FAILED.value,
-                        detail=Detail.TIMEOUT.value,
+                        PodStatus.ENDED,
+                        outcome=Outcome.INFRA_FAILED,
+                        detail=Detail.TIMEOUT,
                         reason=f"the pod did not end within {self.deadline_seconds:g}s of the attempt's start "
                         "(startup timeout + phase timeout + grace + the stuck-Terminating bound): "
                         "nothing reports on it any more",
@@ -316,27 +319,29 @@ class PhasePodTrigger(BaseTrigger):
                         )
                 elif now - pending_since > self.startup_timeout:
                     return self._event(
-                        "ended",
-                        outcome=Outcome.INFRA_FAILED.value,
-                        detail=Detail.STARTUP_TIMEOUT.value,
+                        PodStatus.ENDED,
+                        outcome=Outcome.INFRA_FAILED,
+                        detail=Detail.STARTUP_TIMEOUT,
                         reason=f"the pod stayed Pending for more than {self.startup_timeout:g}s (unschedulable or stuck)",
                     )
 
-    def _ended(self, result: Any) -> dict[str, Any]:
+    def _ended(self, result: AttemptResult | None) -> PodEvent:
+        if result is None:  # the classifier names an end for a pod that is gone or expired: not here
+            return self._event(PodStatus.ERROR, message=f"pod {self.pod_name}: no end to report")
         return self._event(
-            "ended",
-            outcome=result.outcome.value,
+            PodStatus.ENDED,
+            outcome=result.outcome,
             exit_code=result.exit_code,
             reason=result.reason,
             detail=result.detail,
         )
 
-    def _event(self, status: str, **fields: Any) -> dict[str, Any]:
-        return {
-            "status": status,
-            "pod": self.pod_name,
-            "namespace": self.namespace,
-            "attempt": self.attempt,
-            "started_at": self.started_at,
+    def _event(self, status: PodStatus, **fields: Any) -> PodEvent:
+        return PodEvent(
+            status=status,
+            pod=self.pod_name,
+            namespace=self.namespace,
+            attempt=self.attempt,
+            started_at=self.started_at or "",
             **fields,
-        }
+        )
