@@ -284,3 +284,34 @@ def test_the_service_runs_a_whole_cycle_without_importing_airflow(week: Week) ->
     assert (report["result"]["outcome"], report["result"]["attempt"]) == ("passed", 1)
     committed = ledger.outcome(case["case_id"], "prepare")
     assert committed is not None and committed.outcome is Outcome.PASSED  # the subprocess's commit, read here
+
+
+def test_a_cache_entry_written_before_the_model_is_reused(week: Week) -> None:
+    """A cache entry outlives its run: one written as the dict the model replaces (same keys) is read
+    as a CacheEntry and reused as before."""
+    from avsim.artifacts import cache_uri
+    from avsim.contracts.case import CacheEntry
+
+    svc = service(week)
+    key = svc.attempt_for(NO_INPUTS).cache_key
+    old = {
+        "key": key,
+        "outcome": "passed",
+        "output_uri": "file:///elsewhere/prepare/attempt-4",
+        "result": {"metrics": {"m": 2}},
+        "run_key": "avsim_weekly__w40",
+        "case_id": week[1]["case_id"],
+        "phase": "prepare",
+        "attempt": 4,
+        "committed_at": "2026-10-01T10:00:00+00:00",
+    }
+    assert svc.ledger.documents.create(cache_uri(svc.layout.root, key), old)
+    assert svc.cache.lookup(key) == CacheEntry.model_validate(old)
+    reused = svc.begin(TryView(1, int(svc.args.retries or 0), 0), NO_INPUTS, Side())
+    assert isinstance(reused, Done) and reused.result.output_uri == old["output_uri"] and reused.result.reused
+    committed = week[2].outcome(week[1]["case_id"], "prepare")
+    assert (
+        committed is not None
+        and committed.reused_from == "avsim_weekly__w40:" + week[1]["case_id"] + "/prepare#4"
+    )
+    assert committed.result == {"metrics": {"m": 2}}

@@ -110,7 +110,8 @@ def test_cache_key_covers_what_decides_the_result(tmp_path: Path) -> None:
     assert cache.lookup(key) is None
     assert cache.store(key, rec) is True and cache.store(key, rec) is False  # the first stays
     hit = cache.lookup(key)
-    assert hit is not None and hit["output_uri"] == "file:///o" and hit["outcome"] == "passed"
+    assert hit is not None and hit.output_uri == "file:///o" and hit.outcome is Outcome.PASSED
+    assert hit.result == {"metrics": {"a": 1}} and hit.origin == "rk:c1/simulate#2"
     failed = OutcomeRecord("rk", "c1", "simulate", 3, Outcome.INFRA_FAILED, "", "now")
     assert cache.store("other", failed) is False  # only results are cached
 

@@ -13,7 +13,6 @@ import dataclasses
 import datetime as dt
 import logging
 import socket
-from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
@@ -22,6 +21,7 @@ from avsim.attempt import phase_spec_for
 from avsim.attempt.args import PhaseArgs
 from avsim.attempt.steps import Done, Meter, Stop, TaskSide
 from avsim.contracts import PhaseResult, RunDescriptor
+from avsim.contracts.case import CacheEntry
 from avsim.errors import AvsimError
 from avsim.ledger.breaker import Breaker
 from avsim.ledger.cache import PhaseCache
@@ -275,19 +275,18 @@ class AttemptBooks:
             ended, result, Decision(Action.FAIL_FAST, outcome, policy.failure_for(outcome, detail))
         )
 
-    def _commit_reused(self, template: AttemptRecord, key: str, hit: Mapping[str, Any]) -> Done:
+    def _commit_reused(self, template: AttemptRecord, key: str, hit: CacheEntry) -> Done:
         claimed = self.ledger.claim_attempt(template)
         now = utcnow().isoformat()
-        outcome = Outcome(str(hit["outcome"]))
         self.ledger.record_attempt(
             dataclasses.replace(
                 claimed,
                 state="ended",
                 ended_at=now,
-                outcome=outcome,
-                output_uri=str(hit["output_uri"]),
+                outcome=hit.outcome,
+                output_uri=hit.output_uri,
                 detail=Detail.REUSED,
-                reason=f"reused the committed output of run {hit.get('run_key')} (cache key {key[:12]})",
+                reason=f"reused the committed output of run {hit.run_key} (cache key {key[:12]})",
             )
         )
         rec = OutcomeRecord(
@@ -295,12 +294,12 @@ class AttemptBooks:
             case_id=claimed.case_id,
             phase=self.phase,
             attempt=claimed.attempt,
-            outcome=outcome,
-            output_uri=str(hit["output_uri"]),
+            outcome=hit.outcome,
+            output_uri=hit.output_uri,
             committed_at=now,
-            result=dict(hit.get("result") or {}),
+            result=dict(hit.result),
             cache_key=key,
-            reused_from=f"{hit.get('run_key')}:{hit.get('case_id')}/{hit.get('phase')}#{hit.get('attempt')}",
+            reused_from=hit.origin,
             detail=Detail.REUSED,
         )
         self.ledger.commit(rec)

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from avsim.artifacts import cache_uri
+from avsim.contracts.case import CacheEntry
 from avsim.ledger.documents import DocumentStore
 from avsim.ledger.records import OutcomeRecord
 
@@ -58,27 +59,26 @@ class PhaseCache:
         self.root = root
         self.documents = documents or DocumentStore()
 
-    def lookup(self, key: str) -> dict[str, Any] | None:
+    def lookup(self, key: str) -> CacheEntry | None:
+        """The entry stored under ``key``; None when there is none (or it names no output)."""
         if not key:
             return None
         doc = self.documents.read(cache_uri(self.root, key))
-        return doc if isinstance(doc, dict) and doc.get("output_uri") else None
+        return CacheEntry.model_validate(doc) if isinstance(doc, dict) and doc.get("output_uri") else None
 
     def store(self, key: str, rec: OutcomeRecord) -> bool:
         """Record a committed result under its key; the first result stored for a key stays."""
         if not key or not rec.outcome.produced_output:
             return False
-        return self.documents.create(
-            cache_uri(self.root, key),
-            {
-                "key": key,
-                "outcome": rec.outcome.value,
-                "output_uri": rec.output_uri,
-                "result": rec.result,
-                "run_key": rec.run_key,
-                "case_id": rec.case_id,
-                "phase": rec.phase,
-                "attempt": rec.attempt,
-                "committed_at": rec.committed_at,
-            },
+        entry = CacheEntry(
+            key=key,
+            outcome=rec.outcome,
+            output_uri=rec.output_uri,
+            result=dict(rec.result),
+            run_key=rec.run_key,
+            case_id=rec.case_id,
+            phase=rec.phase,
+            attempt=rec.attempt,
+            committed_at=rec.committed_at,
         )
+        return self.documents.create(cache_uri(self.root, key), entry.to_json())
