@@ -67,10 +67,16 @@ def test_the_mean_case_of_a_week() -> None:
         phases=4,
         task_instances=(4 + 7) / 2,
         twin_task_instances=1.5,
+        slot_seconds=(720 + 1140) / 2,
     )
     # every phase's overhead lengthens the path: 3 phases on the chain, 4 on the fork's longest path
     with_overhead = CaseLoad.of_cases([CHAIN_LOAD, FORK_LOAD], phase_overhead_seconds=5)
     assert with_overhead.path_seconds == (735 + 1040) / 2
+    # the part of it in the slot is pool time too (default: all of it), as in the lower bound
+    assert with_overhead.gpu_seconds == (605 + 605 + 305) / 2
+    held = CaseLoad.of_cases([CHAIN_LOAD], phase_overhead_seconds=5, held_overhead_seconds=2)
+    assert (held.path_seconds, held.gpu_seconds, held.cpu_seconds) == (735, 602, 124)
+    assert held.slot_seconds == 726
     # a 2-GPU phase is twice the GPU-seconds
     wide = CaseLoad.of_cases([(PhaseLoad("simulate", (), 2, 600),)])
     assert wide.gpu_seconds == 1200 and wide.cpu_seconds == 0
@@ -95,6 +101,10 @@ def test_the_target_from_the_binding_pool_by_littles_law() -> None:
     cpu_bound = Pools(spot_gpus=20, cpus=1)
     assert binding_pool(load, cpu_bound) == "CPU"
     assert target_cases_in_flight(load, cpu_bound, headroom=2) == 12
+    # [core] parallelism 5: 5 phases at once over 720 s of phases a case = 1/144 case/s binds
+    executor = Pools(spot_gpus=10, cpus=4, parallelism=5)
+    assert binding_pool(load, executor) == "executor"
+    assert target_cases_in_flight(load, executor, headroom=2) == 10
     # [avsim] cases_in_flight overrides; never more than the week; never below 1
     assert target_cases_in_flight(load, gpu_bound, configured=7) == 7
     few = CaseLoad.of_cases([CHAIN_LOAD] * 5)
@@ -118,7 +128,7 @@ def test_the_scheduler_loop_and_whether_it_feeds_the_pools() -> None:
     big = scheduler_feed(load, Pools(spot_gpus=1000, cpus=1000), 1000, ms_per_task_instance=3)
     assert big.loop_seconds == pytest.approx(12) and big.starts_per_second == pytest.approx(5)
     assert big.starts_per_loop == pytest.approx(60) and big.load == pytest.approx(60 / 16)
-    assert not big.can_feed
+    assert not big.can_feed and big.max_starts_per_second == pytest.approx(16 / 12)
     # a scheduler that queues 64 a loop does
     assert scheduler_feed(
         load, Pools(spot_gpus=1000, cpus=1000), 1000, ms_per_task_instance=3, max_per_loop=64

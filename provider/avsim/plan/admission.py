@@ -71,10 +71,14 @@ class Pools:
     spot_gpus: int
     cpus: int
     on_demand_gpus: int = 0
+    #: ``[core] parallelism``: most phases running at once whatever their pool; ``None``: no limit.
+    parallelism: int | None = None
 
     def __post_init__(self) -> None:
         if min(self.spot_gpus, self.cpus, self.on_demand_gpus) < 0:
             raise AdmissionError(f"pools {self}: slots must be 0 or more")
+        if self.parallelism is not None and self.parallelism < 1:
+            raise AdmissionError(f"parallelism = {self.parallelism}: use 1 or more")
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,8 @@ class CaseLoad:
     """The mean case of a week, in the terms admission needs."""
 
     cases: int
-    #: GPU-seconds (GPUs x seconds) and CPU-seconds of work per case.
+    #: GPU-seconds (GPUs x seconds) and CPU-seconds per case: the work and the part of each phase's
+    #: overhead it holds its slots for.
     gpu_seconds: float
     cpu_seconds: float
     #: End to end, alone: the longest path through its phases, each with its per-phase overhead.
@@ -92,22 +97,32 @@ class CaseLoad:
     task_instances: float
     #: Of them, on-demand twins.
     twin_task_instances: float
+    #: Seconds its phases run, each counted once whatever its GPUs (what ``[core] parallelism`` caps).
+    slot_seconds: float = 0.0
 
     @classmethod
     def of_cases(
-        cls, cases: Iterable[Sequence[PhaseLoad]], *, phase_overhead_seconds: float = 0.0
+        cls,
+        cases: Iterable[Sequence[PhaseLoad]],
+        *,
+        phase_overhead_seconds: float = 0.0,
+        held_overhead_seconds: float | None = None,
     ) -> CaseLoad:
-        """The mean over ``cases`` (each: its phases), every phase lengthened by the overhead."""
+        """The mean over ``cases`` (each: its phases): every phase's path lengthened by the overhead,
+        its slots held for ``held_overhead_seconds`` of it beyond its work (default: all of it), as
+        the planner's simulation and lower bound count them."""
+        held = phase_overhead_seconds if held_overhead_seconds is None else held_overhead_seconds
         n = 0
-        gpu = cpu = path = phases = tis = twins = 0.0
+        gpu = cpu = path = phases = tis = twins = running = 0.0
         paths: dict[int, float] = {}
         for case in cases:
             n += 1
             for p in case:
                 if p.gpus:
-                    gpu += p.seconds * p.gpus
+                    gpu += (p.seconds + held) * p.gpus
                 else:
-                    cpu += p.seconds
+                    cpu += p.seconds + held
+                running += p.seconds + held
             phases += len(case)
             tis += sum(p.task_instances for p in case)
             twins += sum(1 for p in case if p.twin)
@@ -117,7 +132,7 @@ class CaseLoad:
             path += found
         if not n:
             raise AdmissionError("no cases: nothing to admit")
-        return cls(n, gpu / n, cpu / n, path / n, phases / n, tis / n, twins / n)
+        return cls(n, gpu / n, cpu / n, path / n, phases / n, tis / n, twins / n, running / n)
 
     def case_rate(self, pools: Pools) -> float:
         """Cases a second when the binding pool is full (:func:`binding_pool` names it)."""
@@ -145,13 +160,15 @@ def _rates(load: CaseLoad, pools: Pools) -> dict[str, float]:
         if not pools.cpus:
             raise AdmissionError("cases have CPU phases and the CPU pool has no slots")
         rates["CPU"] = pools.cpus / load.cpu_seconds
+    if pools.parallelism is not None and load.slot_seconds:
+        rates["executor"] = pools.parallelism / load.slot_seconds
     if not rates:
         raise AdmissionError("cases have no work: nothing sets a pace")
     return rates
 
 
 def binding_pool(load: CaseLoad, pools: Pools) -> str:
-    """``GPU`` or ``CPU``: the pool that is full first."""
+    """``GPU``, ``CPU`` or ``executor`` (``[core] parallelism``): what is full first."""
     rates = _rates(load, pools)
     return min(rates, key=lambda k: rates[k])
 
@@ -206,6 +223,11 @@ class SchedulerFeed:
     def load(self) -> float:
         """Starts needed per loop / starts one loop queues: above 1 the scheduler cannot feed the pools."""
         return self.starts_per_loop / self.max_per_loop
+
+    @property
+    def max_starts_per_second(self) -> float:
+        """The most phases a second the scheduler queues at this loop: ``max_per_loop / loop``."""
+        return self.max_per_loop / self.loop_seconds
 
     @property
     def can_feed(self) -> bool:

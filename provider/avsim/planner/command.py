@@ -138,6 +138,7 @@ def admission_to_json(view: AdmissionView) -> dict[str, object]:
         "loop_seconds": feed.loop_seconds,
         "starts_per_loop": feed.starts_per_loop,
         "max_per_loop": feed.max_per_loop,
+        "max_starts_per_second": feed.max_starts_per_second,
         "scheduler_can_feed": feed.can_feed,
         "simulated_peak_task_instances": sim.peak_task_instances if sim else None,
         "simulated_twin_share": sim.twin_share if sim else None,

@@ -19,8 +19,18 @@ from avsim.planner.simulate import SimResult
 from avsim.planner.workload import Workload
 
 
-def pools_of(capacity: Capacity) -> Pools:
-    return Pools(spot_gpus=capacity.gpus, cpus=capacity.cpus, on_demand_gpus=capacity.on_demand_gpus)
+def pools_of(capacity: Capacity, options: SimOptions | None = None) -> Pools:
+    return Pools(
+        spot_gpus=capacity.gpus,
+        cpus=capacity.cpus,
+        on_demand_gpus=capacity.on_demand_gpus,
+        parallelism=options.parallelism if options is not None else None,
+    )
+
+
+def case_load(workload: Workload, options: SimOptions) -> CaseLoad:
+    """The mean case with the orchestrator's cost per phase the simulation uses."""
+    return workload.case_load(options.phase_overhead_seconds, options.held_overhead_seconds)
 
 
 def admission_options(
@@ -35,7 +45,7 @@ def admission_options(
     the workload). ``max_active_shards`` caps the active shard runs; ``None``: no cap besides the
     week's shard runs (the cases in flight bind)."""
     target = target_cases_in_flight(
-        workload.case_load(options.phase_overhead_seconds), pools_of(capacity), configured=cases_in_flight
+        case_load(workload, options), pools_of(capacity, options), configured=cases_in_flight
     )
     runs = max_active_shards or max(1, math.ceil(len(workload.cases) / options.shard_size))
     return replace(options, cases_in_flight=target, max_active_shards=runs)
@@ -63,8 +73,8 @@ def admission_view(
     ms_per_task_instance: float,
     simulated: SimResult | None = None,
 ) -> AdmissionView:
-    load = workload.case_load(options.phase_overhead_seconds)
-    pools = pools_of(capacity)
+    load = case_load(workload, options)
+    pools = pools_of(capacity, options)
     admitting = options.cases_in_flight is not None
     if options.cases_in_flight is not None:
         cases = options.cases_in_flight
@@ -94,7 +104,8 @@ def format_admission(view: AdmissionView, *, ms_setting: str, per_loop_setting: 
         "on-demand twins)",
         f"scheduler: expected loop {feed.loop_seconds:.1f} s at {view.cases_in_flight:,} cases in flight "
         f"({feed.task_instances:,.0f} unfinished phase task instances x {ms_setting}); it queues at most "
-        f"{feed.max_per_loop} per loop ({per_loop_setting}), the pools need {feed.starts_per_loop:.1f}",
+        f"{feed.max_per_loop} per loop ({per_loop_setting}), the pools need {feed.starts_per_loop:.1f}: "
+        f"it starts at most {feed.max_starts_per_second:.2f} phases per second",
     ]
     sim = view.simulated
     if sim is not None and sim.loops:

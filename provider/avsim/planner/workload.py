@@ -115,7 +115,9 @@ class Workload:
         width = max(1, max_active_shards)
         return max((sum(counts[i : i + width]) for i in range(max(1, len(counts) - width + 1))), default=0)
 
-    def case_load(self, phase_overhead_seconds: float = 0.0) -> CaseLoad:
+    def case_load(
+        self, phase_overhead_seconds: float = 0.0, held_overhead_seconds: float | None = None
+    ) -> CaseLoad:
         """The mean case, as :mod:`avsim.plan.admission` sizes the cases in flight from it."""
         memo: dict[int, tuple[PhaseLoad, ...]] = {}
 
@@ -128,7 +130,9 @@ class Workload:
             return found
 
         return CaseLoad.of_cases(
-            (loads(c.phases) for c in self.cases), phase_overhead_seconds=phase_overhead_seconds
+            (loads(c.phases) for c in self.cases),
+            phase_overhead_seconds=phase_overhead_seconds,
+            held_overhead_seconds=held_overhead_seconds,
         )
 
     def remaining(self, finished: Iterable[tuple[str, str]], shard_size: int) -> Workload:
