@@ -205,6 +205,9 @@ def test_summarize_shard(ledger: Ledger) -> None:
         reason="",
         duration_seconds=90.0,
         attempts=2,
+        started_at="2026-12-07T10:00:00+00:00",
+        ended_at="2026-12-07T10:01:00+00:00",
+        gpus=0,
     )
     inf = by_id["inf"].phases
     assert inf["simulate"].outcome is Outcome.INFRA_FAILED and inf["simulate"].reason == "crash 2"
@@ -279,3 +282,44 @@ def test_attempts_rewritten_since_the_last_listing_are_read_as_they_are_now(s3_r
     assert ledger.repairs() == []
     ledger.record_repair(0, 2, {"shard": 0, "at": "t1"})
     assert [r["at"] for r in ledger.repairs()] == ["t1"]
+
+
+def test_a_summary_carries_when_each_phase_ran_and_the_report_its_cases_times(ledger: Ledger) -> None:
+    """The report's cases.csv (started_at, finished_at) and its progress plot read a phase's times from
+    the shard summary: summarize_shard writes the attempt's start, end and GPUs, committed or not."""
+    from avsim.report.cases import case_row
+
+    ledger.record_attempt(
+        attempt_rec("c", "prepare", 1, Outcome.PASSED, ended_at="2026-12-07T10:03:00+00:00")
+    )
+    ledger.commit(outcome_rec("c", "prepare", 1))
+    ledger.record_attempt(
+        attempt_rec(
+            "c",
+            "simulate",
+            1,
+            Outcome.INFRA_FAILED,
+            started_at="2026-12-07T10:04:00+00:00",
+            ended_at="2026-12-07T10:34:00+00:00",
+            gpus=1,
+        )
+    )
+    [case] = summarize_shard(
+        ledger, 0, [{"case_id": "c", "graph": "standard", "phases": ["prepare", "simulate"]}]
+    ).cases
+    prepare, simulate = case.phases["prepare"], case.phases["simulate"]
+    assert (prepare.started_at, prepare.ended_at, prepare.gpus) == (
+        "2026-12-07T10:00:00+00:00",
+        "2026-12-07T10:03:00+00:00",
+        0,
+    )
+    assert (simulate.started_at, simulate.ended_at, simulate.gpus) == (
+        "2026-12-07T10:04:00+00:00",
+        "2026-12-07T10:34:00+00:00",
+        1,
+    )
+    row = case_row(case, {"graphs": {}}, ("simulate", simulate), shard=0)
+    assert (row["started_at"], row["finished_at"]) == (
+        "2026-12-07T10:00:00+00:00",
+        "2026-12-07T10:34:00+00:00",
+    )

@@ -80,9 +80,10 @@ class PhaseSummary(_Contract):
     duration_seconds: float | None = None
     #: How many attempts the phase made.
     attempts: int = Field(default=0, ge=0)
-    #: When the phase's attempt started and ended, and the GPUs it held, when the summary has them
-    #: (:func:`avsim.ledger.store.summarize_shard` does not write them today; the report reads them
-    #: when present, else takes the GPUs from the graph and leaves the times empty).
+    #: When the phase's attempt (the committed one, else the last) started and ended, and the GPUs it
+    #: held (:func:`avsim.ledger.store.summarize_shard` writes them; the report's case times and
+    #: progress plot read them; a summary written before they were has none, and the report then takes
+    #: the GPUs from the graph and leaves the times empty).
     started_at: str = ""
     ended_at: str = ""
     gpus: int | None = Field(default=None, ge=0)

@@ -341,6 +341,14 @@ def _replace(rec: AttemptRecord, **changes: Any) -> AttemptRecord:
     return dataclasses.replace(rec, **changes)
 
 
+def _when(ran: AttemptRecord | None) -> dict[str, Any]:
+    """When an attempt ran and the GPUs it held, as a phase's summary carries them (the report's case
+    times and progress plot read them)."""
+    if ran is None:
+        return {}
+    return {"started_at": ran.started_at, "ended_at": ran.ended_at, "gpus": ran.gpus}
+
+
 def summarize_shard(ledger: Ledger, shard: int, cases: list[dict[str, Any]]) -> ShardSummary:
     """A shard's summary from the committed outcomes of its cases' phases.
 
@@ -368,6 +376,7 @@ def summarize_shard(ledger: Ledger, shard: int, cases: list[dict[str, Any]]) -> 
                     reason=committed.reason,
                     duration_seconds=ran.duration_seconds if ran else None,
                     attempts=len(attempts),
+                    **_when(ran),
                 )
             else:
                 ups = deps.get(phase, []) if isinstance(deps, dict) else order[:i]
@@ -379,6 +388,7 @@ def summarize_shard(ledger: Ledger, shard: int, cases: list[dict[str, Any]]) -> 
                     reason=last.reason if last else "",
                     duration_seconds=last.duration_seconds if last else None,
                     attempts=len(attempts),
+                    **_when(last),
                 )
             phases[phase] = entry
         out.append(
