@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import functools
 import importlib
 import inspect
 import sys
@@ -33,14 +32,6 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "provider" / "avsim"
 INTERNALS = "airflow_internals.py"
 FOREIGN = ("airflow", "kubernetes", "kubernetes_asyncio")
-
-#: Touches being moved behind airflow_internals functions by another change (issue 30, item 4):
-#: (file under provider/avsim, name). The check below leaves them out; the xfail test after it fails
-#: (strict) once they are gone, and then this set and that test go.
-PENDING = {
-    ("operators/kubernetes.py", "_get_ti_pod_labels"),  # the stock operator's labels of a try's pod
-    ("operators/kubernetes.py", "_killed"),  # the stock operator's "on_kill ran" flag
-}
 
 
 def _private(name: str) -> bool:
@@ -265,26 +256,14 @@ def _private_names(tree: ast.AST) -> set[str]:
 # ------------------------------------------------------------------------------------------ avsim
 
 
-@functools.cache
-def _avsims() -> tuple[Touch, ...]:
-    return tuple(touches())
-
-
 def test_no_private_airflow_or_kubernetes_member_is_touched_outside_airflow_internals() -> None:
-    found = [str(t) for t in _avsims() if (t.path.removeprefix("avsim/"), t.name) not in PENDING]
+    found = [str(t) for t in touches()]
     assert not found, "reach these through avsim.airflow_internals (with a test there):\n" + "\n".join(found)
-
-
-@pytest.mark.xfail(strict=True, reason="being moved behind airflow_internals; then drop PENDING and this")
-@pytest.mark.parametrize("pending", sorted(PENDING), ids=lambda p: f"{p[0]}:{p[1]}")
-def test_a_pending_touch_is_gone(pending: tuple[str, str]) -> None:
-    left = [str(t) for t in _avsims() if (t.path.removeprefix("avsim/"), t.name) == pending]
-    assert not left, "\n".join(left)
 
 
 def test_every_private_member_airflow_internals_touches_is_pinned_by_its_tests() -> None:
     names = touched_by_internals()
-    assert {"_config_dict", "_factory", "_shared"} <= names  # the walk is not vacuous
+    assert {"_config_dict", "_factory", "_shared", "_get_ti_pod_labels", "_killed"} <= names  # not vacuous
     tests = Path(__file__).resolve().parent.glob("test_airflow_internals*.py")
     pinned = set().union(*(_private_names(ast.parse(p.read_text(encoding="utf-8"))) for p in tests))
     missing = sorted(names - pinned)
