@@ -32,6 +32,7 @@ from avsim.plan.admission import (
     PhaseLoad,
     Pools,
     binding_pool,
+    coarse_shard_runs,
     loop_seconds,
     phase_starts_per_second,
     scheduler_feed,
@@ -136,6 +137,11 @@ def test_the_scheduler_loop_and_whether_it_feeds_the_pools() -> None:
     assert loop_seconds(0, 3) == MIN_LOOP_SECONDS and loop_seconds(10_000, 3) == pytest.approx(30)
     with pytest.raises(AdmissionError):
         loop_seconds(10, -1)
+
+
+def test_shard_runs_too_coarse_for_the_target() -> None:
+    assert not coarse_shard_runs(250, 702) and not coarse_shard_runs(50, 100)
+    assert coarse_shard_runs(51, 100) and coarse_shard_runs(250, 41)
 
 
 # -- the simulation ---------------------------------------------------------------------------
@@ -254,6 +260,11 @@ def test_the_plan_command_speaks_of_the_pools_pace_and_the_loop(tmp_path: Path) 
     assert "x 3 ms ([avsim] scheduler_ms_per_task_instance)" in out
     assert "per loop ([scheduler] max_tis_per_query)" in out
     assert "WARNING" not in out
+    assert "too coarse" not in out
+    # shard runs of 100 for a target of about 70: too coarse to follow it
+    coarse = runner.invoke(app, [*args[:-1], "100"])
+    assert coarse.exit_code == 0, coarse.output
+    assert "WARNING: shard runs of 100 cases are too coarse for" in coarse.output
     # a scheduler 300 times slower cannot feed these pools
     slow = runner.invoke(app, [*args, "--scheduler-ms-per-task-instance", "900"])
     assert slow.exit_code == 0, slow.output

@@ -11,6 +11,7 @@ from avsim.plan.admission import (
     Pools,
     SchedulerFeed,
     binding_pool,
+    coarse_shard_runs,
     scheduler_feed,
     target_cases_in_flight,
 )
@@ -61,6 +62,7 @@ class AdmissionView:
     cases_in_flight: int
     admitting: bool
     feed: SchedulerFeed
+    shard_size: int = 1
     #: The simulated run (critical path), when simulated: what the loop really carried.
     simulated: SimResult | None = None
 
@@ -83,7 +85,7 @@ def admission_view(
     feed = scheduler_feed(
         load, pools, cases, ms_per_task_instance=ms_per_task_instance, max_per_loop=options.max_tis_per_loop
     )
-    return AdmissionView(load, pools, cases, admitting, feed, simulated)
+    return AdmissionView(load, pools, cases, admitting, feed, options.shard_size, simulated)
 
 
 def format_admission(view: AdmissionView, *, ms_setting: str, per_loop_setting: str) -> list[str]:
@@ -114,6 +116,14 @@ def format_admission(view: AdmissionView, *, ms_setting: str, per_loop_setting: 
             f"unfinished phase task instances at most {sim.peak_task_instances:,}, on average "
             f"{sim.mean_task_instances:,.0f} ({sim.twin_share * 100:.0f} % on-demand twins); "
             f"{sim.peak_active_shard_runs} shard runs active at most"
+        )
+    shard_size = view.shard_size
+    if view.admitting and coarse_shard_runs(shard_size, view.cases_in_flight):
+        lines.append(
+            f"WARNING: shard runs of {shard_size:,} cases are too coarse for {view.cases_in_flight:,} cases in "
+            f"flight: a shard run waits for {shard_size:,} free places, so few are active and the GPUs idle "
+            f"between them, and the loop carries whole shard runs; use a shard size of at most "
+            f"{max(1, view.cases_in_flight // 2):,} (--shard-size, [avsim] shard_size)"
         )
     if not feed.can_feed:
         lines.append(

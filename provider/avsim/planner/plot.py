@@ -65,7 +65,12 @@ def write_progress_plot(plan: CapacityPlan, path: str | Path) -> Path:
         c = plan.capacity
         done_ax.set_title(
             f"{plan.cases:,} cases on {c.gpus:,} spot + {c.on_demand_gpus:,} on-demand GPUs, {c.cpus:,} CPUs "
-            f"(S = {plan.options.shard_size}, W = {plan.options.max_active_shards})"
+            f"(S = {plan.options.shard_size}, W = {plan.options.max_active_shards}"
+            + (
+                f", at most {plan.options.cases_in_flight:,} cases in flight)"
+                if plan.options.cases_in_flight is not None
+                else ")"
+            )
             + (
                 f", deadline {plan.deadline_seconds / 3600:.0f} h"
                 if plan.deadline_seconds is not None
