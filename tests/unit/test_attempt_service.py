@@ -315,3 +315,38 @@ def test_a_cache_entry_written_before_the_model_is_reused(week: Week) -> None:
         and committed.reused_from == "avsim_weekly__w40:" + week[1]["case_id"] + "/prepare#4"
     )
     assert committed.result == {"metrics": {"m": 2}}
+
+
+def test_a_phase_runtime_takes_the_manifests_defaults_and_checks(week: Week) -> None:
+    """The snapshot's phase spec is read through the manifest's PhaseSpec: what a spec leaves out is the
+    model's default (not a copy kept in avsim.attempt), and a snapshot edited after validation into a
+    spec the manifest refuses (a lease under two heartbeats) is refused at run time too."""
+    from pydantic import ValidationError
+
+    from avsim.attempt import PhaseRuntime
+    from avsim.manifest.models import PhaseSpec
+
+    minimal = {
+        "resources": {"class": "cpu"},
+        "estimated_duration_seconds": 60,
+        "timeout_seconds": 120,
+        "command": ["avsim-fakesim", "prepare"],
+    }
+    runtime = PhaseRuntime.from_spec(minimal)
+    model = PhaseSpec.model_validate(minimal)
+    assert (runtime.cpus, runtime.memory, runtime.heartbeat_seconds, runtime.lease_seconds) == (
+        model.resources.cpus,
+        model.resources.memory,
+        model.heartbeat_seconds,
+        model.lease_seconds,
+    )
+    assert runtime.retry == model.retry and runtime.pod == model.pod and runtime.spec == minimal
+    # The snapshot's own specs (graphs and run phases) all read.
+    head = service(week).head
+    for graph in head["graphs"].values():
+        for spec in graph["phases"].values():
+            assert PhaseRuntime.from_spec(spec).command
+    for spec in head.get("run_phases", {}).values():
+        assert not PhaseRuntime.from_spec(spec).checkpoint
+    with pytest.raises(ValidationError, match="under twice heartbeat_seconds"):
+        PhaseRuntime.from_spec({**minimal, "heartbeat_seconds": 60, "lease_seconds": 90})

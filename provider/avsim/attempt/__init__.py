@@ -12,45 +12,50 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from avsim.artifacts import RunLayout
-from avsim.manifest.models import PodOverrides, RetrySpec
+from avsim.manifest.models import PhaseSpec, PodOverrides, RetrySpec
 from avsim.phases import contract
 
 
 @dataclass(frozen=True)
 class PhaseRuntime:
-    """What a phase runs, read at run time from the manifest snapshot (or the case's own phases)."""
+    """What a phase runs, read at run time from the manifest snapshot (or the case's own phases) with
+    :meth:`from_spec`: no default of its own, the manifest's model has them."""
 
     command: tuple[str, ...]
     args: tuple[str, ...]
     timeout_seconds: float
     checkpoint: bool
     estimated_seconds: float
-    gpus: int = 0
-    cpus: float = 1.0
-    memory: str = "2Gi"
-    heartbeat_seconds: float = 60.0
-    lease_seconds: float = 300.0
-    retry: RetrySpec = field(default_factory=RetrySpec)
-    pod: PodOverrides = field(default_factory=PodOverrides)
+    gpus: int
+    cpus: float
+    memory: str
+    heartbeat_seconds: float
+    lease_seconds: float
+    retry: RetrySpec
+    pod: PodOverrides
     #: The spec as written in the snapshot (what the cache key covers).
     spec: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> PhaseRuntime:
-        res = spec.get("resources", {})
+        """The runtime of a phase spec as the run's snapshot holds it, read through the manifest's own
+        model (:class:`avsim.manifest.models.PhaseSpec`; a run-level phase's spec is the same without
+        ``checkpoint`` and ``pod``), so its defaults and checks are the manifest's: a snapshot edited
+        after validation is refused here too."""
+        m = PhaseSpec.model_validate(spec)
         return cls(
-            command=tuple(spec["command"]),
-            args=tuple(spec.get("args", ())),
-            timeout_seconds=float(spec["timeout_seconds"]),
-            checkpoint=bool(spec.get("checkpoint", False)),
-            estimated_seconds=float(spec["estimated_duration_seconds"]),
-            gpus=int(res.get("gpus", 0)),
-            cpus=float(res.get("cpus", 1)),
-            memory=str(res.get("memory", "2Gi")),
-            heartbeat_seconds=float(spec.get("heartbeat_seconds", 60)),
-            lease_seconds=float(spec.get("lease_seconds", 300)),
-            retry=RetrySpec.model_validate(spec.get("retry") or {}),
-            pod=PodOverrides.model_validate(spec.get("pod") or {}),
+            command=tuple(m.command),
+            args=tuple(m.args),
+            timeout_seconds=float(m.timeout_seconds),
+            checkpoint=bool(m.checkpoint),
+            estimated_seconds=float(m.estimated_duration_seconds),
+            gpus=int(m.resources.gpus),
+            cpus=float(m.resources.cpus),
+            memory=str(m.resources.memory),
+            heartbeat_seconds=float(m.heartbeat_seconds),
+            lease_seconds=float(m.lease_seconds),
+            retry=m.retry,
+            pod=m.pod,
             spec=dict(spec),
         )
 
