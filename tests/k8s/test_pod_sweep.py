@@ -6,6 +6,7 @@ the provider's ``KubernetesHook``. Mocked: nothing (the pods are real processes 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,3 +95,52 @@ def test_leftover_pods_selects_by_case_and_creation_time() -> None:
         pod("long-id", "c" * 80, "2026-12-07T12:00:01Z"),  # label values are cut and hashed
     ]
     assert pods.leftover_pods(listed, ["c1", "c" * 80], began) == ["old", "long-id"]
+
+
+def test_a_phase_marked_failed_while_deferred_leaves_no_pod_once_its_shard_summarizes(
+    tmp_path: Path, kube: FakeKubeAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real operator defers (its pod and Lease created); no triggerer ever runs its trigger (the
+    user marked the task failed first: Airflow dropped the trigger). The shard's ``summarize`` on the
+    Kubernetes backend deletes both; the summary is written all the same."""
+    from tests.k8s.test_user_kill import start_phase
+
+    from avsim.contracts import RunDescriptor
+    from avsim.dagbuild import tasks
+    from avsim.dagbuild.factory import load_plan
+    from avsim.ledger.store import Ledger
+    from avsim.manifest.sample import sample_manifest
+    from avsim.settings import AvsimSettings
+
+    settings = AvsimSettings(shard_size=4, artifact_root=f"file://{tmp_path / 'artifacts'}")
+    plan = load_plan(Path(__file__).resolve().parents[2] / "dags" / "avsim_graphs.yaml", settings)
+    manifest = tmp_path / "week.json"
+    manifest.write_text(json.dumps(sample_manifest(2, time_scale=1.0, scenario_fail_rate=0.0)))
+    prepared = tasks.prepare_week(
+        source=str(manifest), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="w1"
+    )
+    conf = prepared["shards"][0]["conf"]
+    case = tasks.load_shard(conf, plan)["cases_standard"][0]
+    start_phase(prepared["run"], case, 1)
+    [pod] = kube.pods(NAMESPACE)
+    name = pod["metadata"]["name"]
+    time.sleep(2.2)  # whole-second stamps: the pod is older than the summarize by more than its margin
+
+    for key, value in {
+        "BACKEND": "kubernetes",
+        "KUBERNETES_CONN_ID": "avsim_kube",
+        "KUBERNETES_NAMESPACE": NAMESPACE,
+        "ARTIFACT_ROOT": settings.artifact_root,
+    }.items():
+        monkeypatch.setenv(f"AIRFLOW__AVSIM__{key}", value)
+    with pytest.raises(Exception, match="need"):  # the shard needs attention: its phases never ended
+        tasks.summarize(conf, plan)
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and kube.pod(name, NAMESPACE):
+        time.sleep(0.2)
+    assert kube.pod(name, NAMESPACE) is None
+    api = config.new_client_from_config(config_file=str(kube.write_kubeconfig(tmp_path / "own-kubeconfig")))
+    assert client.CoordinationV1Api(api).list_namespaced_lease(NAMESPACE).items == []
+    run = prepared["run"]
+    assert [s.shard for s in Ledger(RunDescriptor.model_validate(run).layout).shard_summaries()] == [1]

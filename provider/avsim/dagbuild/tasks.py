@@ -210,6 +210,26 @@ def shard_conf(conf: Any) -> ShardConf:
     return checked
 
 
+def _sweep_leftover_pods(run: RunDescriptor, case_ids: list[str], began: dt.datetime) -> None:
+    """On the Kubernetes backend, delete the pods of the shard's cases that no phase task owns any more
+    (:mod:`avsim.operators.pod_sweep`: a phase marked failed or success while deferred, before a
+    triggerer took its trigger). A failure to sweep is logged: the summary is still written."""
+    from avsim.settings import load_settings
+
+    settings = load_settings()
+    if settings.backend != "kubernetes":
+        return
+    from avsim.operators.pod_sweep import sweep_leftover_pods
+
+    try:
+        swept = sweep_leftover_pods(settings.kubernetes, run.run_key, case_ids, began)
+    except Exception as exc:  # the cluster's API: the summary matters more than the sweep
+        log.error("could not sweep the shard's leftover pods (%s): check the namespace by hand", exc)
+        return
+    if swept:
+        log.warning("deleted %d leftover phase pod(s) of this shard: %s", len(swept), ", ".join(swept))
+
+
 def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
     """A shard run's last task (runs whatever happened): write the shard's summary to the ledger.
 
@@ -217,6 +237,7 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
     """
     from avsim.ledger.store import Ledger, summarize_shard
 
+    began = dt.datetime.now(dt.UTC)
     try:
         checked = shard_conf(conf)
     except ManifestError as exc:
@@ -238,6 +259,7 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
                     "depends_on": depends_on,
                 }
             )
+    _sweep_leftover_pods(checked.run, [c["case_id"] for c in cases], began)
     ledger = Ledger(layout)
     summary = summarize_shard(ledger, shard.index, cases)
     counts = dict.fromkeys(CASE_OUTCOMES, 0)
