@@ -128,6 +128,15 @@ def test_weekly_run_runs_every_phase_once_in_order(stack: LocalStack) -> None:
     html = Path(f"{layout.report_dir.removeprefix('file://')}/report.html").read_text()
     for case_id in scenario_failed:
         assert case_id in html
+    # Each case's row has when it started and finished (the progress plot reads them), from the ledger.
+    from avsim.report.cases import from_csv
+
+    rows = from_csv(Path(f"{layout.report_dir.removeprefix('file://')}/cases.csv").read_text())
+    assert len(rows) == CASES
+    for row in rows:
+        began, ended = (dt.datetime.fromisoformat(row[k]) for k in ("started_at", "finished_at"))
+        first = attempts[(row["case_id"], "prepare")]
+        assert began >= dt.datetime.fromisoformat(first["started_at"]) and ended > began, row
     # The run-level summary ran after every shard and saw each shard's summary.
     summary = query(
         stack,
