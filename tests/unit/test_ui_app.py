@@ -225,10 +225,10 @@ def test_report_and_its_files_are_served(week: Any) -> None:
 def test_the_phase_link_points_at_the_artifacts(monkeypatch: pytest.MonkeyPatch) -> None:
     """One extra link, the phase's artifacts: its case page is the plugin's task-instance tab, which
     costs no XCom per phase execution (a link that opened it too was dropped)."""
+    from avsim.links import PHASE_LINKS, AvsimArtifactsLink
     from avsim.operators.kubernetes import KubernetesPhaseOperator
     from avsim.operators.phase import LocalPhaseOperator
     from avsim.plugin import AvsimPlugin
-    from avsim.ui.links import PHASE_LINKS, AvsimArtifactsLink
 
     op = LocalPhaseOperator(
         task_id="simulate",
@@ -264,8 +264,8 @@ def test_an_operator_with_the_links_serializes_them_for_the_ui() -> None:
     from airflow.sdk import DAG
     from airflow.serialization.serialized_objects import DagSerialization
 
+    from avsim.links import PHASE_LINKS
     from avsim.operators.phase import LocalPhaseOperator
-    from avsim.ui.links import PHASE_LINKS
 
     class LinkedPhase(LocalPhaseOperator):  # what the lead's phase operator declares
         operator_extra_links = PHASE_LINKS

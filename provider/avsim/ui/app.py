@@ -26,9 +26,9 @@ from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from sqlalchemy.orm import Session
 
-from avsim import airflow_internals
+from avsim import airflow_internals, urls
 from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
-from avsim.ui import files, pages, urls
+from avsim.ui import files, pages
 from avsim.ui.progress import DigestCache
 from avsim.ui.timeline import TimelineCache
 

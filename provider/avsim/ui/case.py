@@ -12,10 +12,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from avsim import airflow_internals
+from avsim import airflow_internals, urls
 from avsim.artifacts import RunLayout, run_key_for, shard_dag_id
 from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
-from avsim.ui import run_docs, urls
+from avsim.ui import run_docs
 from avsim.ui.files import check_segment, resolve
 
 

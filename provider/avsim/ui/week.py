@@ -18,11 +18,11 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from avsim import airflow_internals
+from avsim import airflow_internals, urls
 from avsim.artifacts import RUN_LEVEL_CASE, RunLayout, run_key_for
 from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY, RunDescriptor
 from avsim.phases.contract import NOT_RUN, RESULTS, Outcome, values
-from avsim.ui import ended, run_docs, urls
+from avsim.ui import ended, run_docs
 from avsim.ui.progress import (
     CASE_CLASSES,
     FAILURE_ORDER,
