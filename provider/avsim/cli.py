@@ -346,9 +346,11 @@ def plan(
         "(default: [avsim] cases_in_flight; 0 derives it from the pools).",
     ),
     window: bool = typer.Option(
-        False,
-        "--window",
-        help="Simulate the window of W whole shard runs instead (a shard run admitted when one ends).",
+        True,
+        "--window/--admission",
+        help="--window (the default, what the weekly run does today): W whole shard runs, the next "
+        "admitted when one ends. --admission: shard runs admitted as finished cases make room, up to "
+        "--cases-in-flight (issue 29's design; the runtime does not admit this way yet).",
     ),
     scheduler_ms_per_task_instance: float = typer.Option(
         None,

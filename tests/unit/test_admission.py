@@ -251,7 +251,18 @@ runner = CliRunner()
 
 def test_the_plan_command_speaks_of_the_pools_pace_and_the_loop(tmp_path: Path) -> None:
     manifest = str(write_sample(tmp_path / "week.yaml", cases=200, iso_week="2026-W10"))
-    args = ["plan", manifest, "--gpus", "28", "--cpus", "20", "--no-search", "--shard-size", "10"]
+    args = [
+        "plan",
+        manifest,
+        "--gpus",
+        "28",
+        "--cpus",
+        "20",
+        "--no-search",
+        "--admission",
+        "--shard-size",
+        "10",
+    ]
     done = runner.invoke(app, args)
     assert done.exit_code == 0, done.output
     out = done.output
@@ -270,8 +281,8 @@ def test_the_plan_command_speaks_of_the_pools_pace_and_the_loop(tmp_path: Path) 
     assert slow.exit_code == 0, slow.output
     assert "WARNING: the scheduler cannot feed the pools" in slow.output
     assert "x 900 ms (--scheduler-ms-per-task-instance)" in slow.output
-    # the window of whole shard runs, for comparison; JSON carries the same figures
-    window = runner.invoke(app, [*args, "--window", "--max-active-shards", "2", "--json"])
+    # the window of whole shard runs (the default: what runs today); JSON carries the same figures
+    window = runner.invoke(app, [*args[:-3], *args[-2:], "--max-active-shards", "2", "--json"])
     assert window.exit_code == 0, window.output
     doc = json.loads(window.output)["admission"]
     assert doc["admitting"] is False and doc["cases_in_flight"] == 20
