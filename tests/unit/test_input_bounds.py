@@ -305,3 +305,13 @@ def test_validate_refuses_a_depth_bomb_with_the_location(tmp_path: Path) -> None
     assert done.exit_code == 1, done.output
     assert "cases[0].parameters.a.a" in done.output and "more than 200 levels here" in done.output
     assert len(done.output) < 1_000, "the path is cut at the depth limit"
+
+
+def test_plan_validates_the_manifest_within_the_same_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`avsim plan` reads the manifest through the bounded child as `manifest validate` and prepare do:
+    with the bound made tiny, it refuses a good manifest naming the bound (in-process it planned it)."""
+    monkeypatch.setattr(bounded, "MEMORY_BASE", 0)
+    monkeypatch.setattr(bounded, "ADDRESS_SLACK", 24 * 2**20)
+    done = runner.invoke(app, ["plan", str(GOOD), "--gpus", "4", "--cpus", "4", "--no-search"])
+    assert done.exit_code == 1, done.output
+    assert "needs more than 0 MiB, the bound for its" in done.output and "Traceback" not in done.output

@@ -91,9 +91,10 @@ def run_plan(
     runs (``options``' S and W); a number admits by cases in flight (0: the target derived from the
     pools), with ``admission_max_active_shards`` (``None``: no cap) instead of W. ``ms_setting`` and
     ``per_loop_setting`` name where the scheduler's figures came from, for the text."""
-    from avsim.manifest.loader import load_manifest
+    from avsim.manifest.bounded import load_manifest_bounded
 
-    workload = workload_from_manifest(load_manifest(source).manifest)
+    # Within prepare's bounds (a child process; docs/security.md), as `avsim manifest validate` reads it.
+    workload = workload_from_manifest(load_manifest_bounded(source).manifest)
     if time_scale != 1.0:
         workload = workload.scaled(time_scale)
     seconds = deadline_seconds(workload, deadline=deadline, deadline_hours=deadline_hours, start=start)
