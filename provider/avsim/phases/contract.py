@@ -90,6 +90,9 @@ class Outcome(str, Enum):
                                                                                         from checkpoint; on-demand after N
     ``bad_build``           the build's image does not pull, or its breaker is open     fail fast, no retry
     ======================  ==========================================================  ====================
+
+    What avsim does with each class is its row of :data:`CLASS_RULES`, the one place a class is
+    described: a new class is a member here and a row there.
     """
 
     PASSED = "passed"
@@ -102,53 +105,109 @@ class Outcome(str, Enum):
     UPSTREAM_FAILED = "upstream_failed"
 
     @property
+    def rules(self) -> ClassRules:
+        return CLASS_RULES[self]
+
+    @property
     def produced_output(self) -> bool:
         """Whether downstream phases of the case can consume this attempt's output."""
-        return self in (Outcome.PASSED, Outcome.SCENARIO_FAILED)
+        return self.rules.produced_output
 
     @property
     def retriable(self) -> bool:
-        return self in (Outcome.INFRA_FAILED, Outcome.PREEMPTED)
+        return self.rules.budget is not Budget.NONE
 
     @property
     def counts_against_build(self) -> bool:
         """Whether the attempt is evidence of a bad build (canary gate, circuit breaker)."""
-        return self in (Outcome.INFRA_FAILED, Outcome.BAD_BUILD)
+        return self.rules.counts_against_build
 
 
-#: Every class an attempt can end in, in the order counts, legends and tables list them: results first.
-ENDED: tuple[Outcome, ...] = (
-    Outcome.PASSED,
-    Outcome.SCENARIO_FAILED,
-    Outcome.BAD_INPUT,
-    Outcome.INFRA_FAILED,
-    Outcome.PREEMPTED,
-    Outcome.BAD_BUILD,
-)
-#: The regression run's results: classes that never need an engineer.
-RESULTS: frozenset[Outcome] = frozenset(o for o in ENDED if o.produced_output)
+class Budget(StrEnum):
+    """The retry budget a failure of a class spends (the manifest's ``retry`` has one per kind)."""
+
+    NONE = "none"  # never retried
+    INFRASTRUCTURE = "infrastructure"  # retry.infrastructure, backing off
+    PREEMPTION = "preemption"  # retry.preemption, a fixed delay; spot then on-demand
+
+
+@dataclass(frozen=True)
+class ClassRules:
+    """Everything avsim does with one class, in one row (:data:`CLASS_RULES`)."""
+
+    #: Downstream phases consume the attempt's output: it is committed as the phase's result.
+    produced_output: bool
+    #: The attempt is evidence of a bad build (canary gate, circuit breaker).
+    counts_against_build: bool
+    #: The retry budget a failure of this class spends.
+    budget: Budget
+    #: The class's place in the precedence of case classes (:data:`CASE_PRECEDENCE`, lowest first);
+    #: None: no case takes it (it is not an attempt's ending).
+    case_rank: int | None
+    #: Its place where failures are listed (:data:`FAILURE_ORDER`); None: a result, never listed.
+    listing_rank: int | None
+    #: The kind of exception a phase task raises for it (:class:`avsim.phases.policy.Failure`'s value,
+    #: when no detail names it more precisely); "" for a result.
+    fails_as: str
+    #: Its colour in the report and on the pages ("" when it is never shown as a case's class).
+    colour: str = ""
+    #: Classes of phases that never ran which give a case this class (besides this class itself).
+    given_by: tuple[str, ...] = ()
+
+
 #: A phase of a case that never ran because the case stopped before it (not an attempt's class).
 NOT_RUN = "not_run"
-#: The one precedence of case classes: a case takes the first class in this list that one of its
-#: phases gives (:func:`case_class`), the most specific reason first: bad input, a bad build, an
-#: exhausted preemption budget, any other infrastructure failure, a failed scenario; else passed.
-#: The ledger's shard summaries, the verdict, the report and the page (whose SQL is generated from
-#: it, :mod:`avsim.ui.progress`) all class cases by it.
-CASE_PRECEDENCE: tuple[Outcome, ...] = (
-    Outcome.BAD_INPUT,
-    Outcome.BAD_BUILD,
-    Outcome.PREEMPTED,
-    Outcome.INFRA_FAILED,
-    Outcome.SCENARIO_FAILED,
-    Outcome.PASSED,
-)
+
+#: The one table of what each class means. Precedence of case classes (``case_rank``): a case takes
+#: the first class one of its phases gives (:func:`case_class`), the most specific reason first: bad
+#: input, a bad build, an exhausted preemption budget, any other infrastructure failure (a phase that
+#: never ran included), a failed scenario; else passed. Listing order (``listing_rank``): what needs
+#: an engineer first (a bad build stops the week), a failed scenario last.
+CLASS_RULES: dict[Outcome, ClassRules] = {
+    Outcome.PASSED: ClassRules(
+        produced_output=True, counts_against_build=False, budget=Budget.NONE,
+        case_rank=5, listing_rank=None, fails_as="", colour="#1c7c3c",
+    ),
+    Outcome.SCENARIO_FAILED: ClassRules(
+        produced_output=True, counts_against_build=False, budget=Budget.NONE,
+        case_rank=4, listing_rank=4, fails_as="", colour="#b35c00",
+    ),
+    Outcome.BAD_INPUT: ClassRules(
+        produced_output=False, counts_against_build=False, budget=Budget.NONE,
+        case_rank=0, listing_rank=1, fails_as="bad_input", colour="#a1127b",
+    ),
+    Outcome.INFRA_FAILED: ClassRules(
+        produced_output=False, counts_against_build=True, budget=Budget.INFRASTRUCTURE,
+        case_rank=3, listing_rank=2, fails_as="infrastructure", colour="#c0262d",
+        given_by=(NOT_RUN, "upstream_failed"),
+    ),
+    Outcome.PREEMPTED: ClassRules(
+        produced_output=False, counts_against_build=False, budget=Budget.PREEMPTION,
+        case_rank=2, listing_rank=3, fails_as="preempted", colour="#6a4fb3",
+    ),
+    Outcome.BAD_BUILD: ClassRules(
+        produced_output=False, counts_against_build=True, budget=Budget.NONE,
+        case_rank=1, listing_rank=0, fails_as="bad_build", colour="#5b2a0e",
+    ),
+    Outcome.UPSTREAM_FAILED: ClassRules(
+        produced_output=False, counts_against_build=False, budget=Budget.NONE,
+        case_rank=None, listing_rank=None, fails_as="bad_input",
+    ),
+}  # fmt: skip
+
+#: Every class an attempt can end in, in the order counts, legends and tables list them: results
+#: first (the members' order).
+ENDED: tuple[Outcome, ...] = tuple(o for o in Outcome if o.rules.case_rank is not None)
+#: The regression run's results: classes that never need an engineer.
+RESULTS: frozenset[Outcome] = frozenset(o for o in ENDED if o.produced_output)
+#: The one precedence of case classes (``case_rank``). The ledger's shard summaries, the verdict,
+#: the report and the page (whose SQL is generated from it, :mod:`avsim.ui.progress`) all class
+#: cases by it.
+CASE_PRECEDENCE: tuple[Outcome, ...] = tuple(sorted(ENDED, key=lambda o: o.rules.case_rank or 0))
 #: The phase classes that give a case each class of :data:`CASE_PRECEDENCE`, in the order the
 #: phase that gave it is looked for: a phase that never ran (not run, upstream failed) makes its
 #: case an infrastructure failure, and a failed phase beats the phases it stopped.
-PHASES_GIVING: dict[Outcome, tuple[str, ...]] = {
-    c: (c.value,) if c is not Outcome.INFRA_FAILED else (c.value, NOT_RUN, Outcome.UPSTREAM_FAILED.value)
-    for c in CASE_PRECEDENCE
-}
+PHASES_GIVING: dict[Outcome, tuple[str, ...]] = {c: (c.value, *c.rules.given_by) for c in CASE_PRECEDENCE}
 
 
 def case_class(phase_outcomes: Iterable[str | Outcome]) -> Outcome:
@@ -166,15 +225,12 @@ def case_class(phase_outcomes: Iterable[str | Outcome]) -> Outcome:
 
 
 #: Failures in the order lists give them (the report's failed cases, the verdict's counts, the page's
-#: failed phases): what needs an engineer first (a bad build stops the week), a failed scenario last.
-#: A listing order only: the class a case takes is :func:`case_class`'s.
-FAILURE_ORDER: tuple[Outcome, ...] = (
-    Outcome.BAD_BUILD,
-    Outcome.BAD_INPUT,
-    Outcome.INFRA_FAILED,
-    Outcome.PREEMPTED,
-    Outcome.SCENARIO_FAILED,
+#: failed phases; ``listing_rank``). A listing order only: the class a case takes is :func:`case_class`'s.
+FAILURE_ORDER: tuple[Outcome, ...] = tuple(
+    sorted((o for o in ENDED if o.rules.listing_rank is not None), key=lambda o: o.rules.listing_rank or 0)
 )
+#: Each class's colour, by its serialized name (the report's plots and pages take theirs from here).
+CLASS_COLOURS: dict[str, str] = {o.value: o.rules.colour for o in ENDED}
 
 
 def values(outcomes: tuple[Outcome, ...] | frozenset[Outcome]) -> tuple[str, ...]:

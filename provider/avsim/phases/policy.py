@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, Detail, Outcome
+from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, Budget, Detail, Outcome
 
 __all__ = [
     "Action",
@@ -132,9 +132,11 @@ class Budgets:
     hand_over_after: int | None = None
 
     def of(self, outcome: Outcome) -> int:
-        if outcome is Outcome.INFRA_FAILED:
+        """The budget of ``outcome``'s kind (:attr:`avsim.phases.contract.ClassRules.budget`)."""
+        kind = outcome.rules.budget
+        if kind is Budget.INFRASTRUCTURE:
             return self.infrastructure
-        if outcome is Outcome.PREEMPTED:
+        if kind is Budget.PREEMPTION:
             return self.preemption
         return 0
 
@@ -174,9 +176,9 @@ def retry_delay(outcome: Outcome, failures_so_far: int, retry: RetryRules) -> fl
     """Seconds before the retry after the ``failures_so_far``-th failure of ``outcome``: a preemption
     retries after its fixed delay (the capacity is gone, not broken), an infrastructure failure
     backs off exponentially up to ``max_delay_seconds``."""
-    if outcome is Outcome.PREEMPTED:
+    if outcome.rules.budget is Budget.PREEMPTION:
         return float(retry.preemption_delay_seconds)
-    if outcome is not Outcome.INFRA_FAILED:
+    if outcome.rules.budget is not Budget.INFRASTRUCTURE:
         raise ValueError(f"{outcome.value} is never retried")
     n = max(1, failures_so_far)
     return float(min(retry.max_delay_seconds, retry.delay_seconds * retry.backoff ** (n - 1)))
@@ -201,13 +203,8 @@ _BY_DETAIL: dict[tuple[Outcome, str], Failure] = {
     (Outcome.PREEMPTED, Detail.VANISHED): Failure.NODE_RECLAIMED,
     (Outcome.PREEMPTED, Detail.NODE_LOST): Failure.NODE_RECLAIMED,
 }
-_BY_OUTCOME: dict[Outcome, Failure] = {
-    Outcome.BAD_INPUT: Failure.BAD_INPUT,
-    Outcome.UPSTREAM_FAILED: Failure.BAD_INPUT,
-    Outcome.BAD_BUILD: Failure.BAD_BUILD,
-    Outcome.INFRA_FAILED: Failure.INFRASTRUCTURE,
-    Outcome.PREEMPTED: Failure.PREEMPTED,
-}
+#: Each failure class's own kind, from its row of the class table.
+_BY_OUTCOME: dict[Outcome, Failure] = {o: Failure(o.rules.fails_as) for o in Outcome if not o.produced_output}
 
 
 def failure_for(outcome: Outcome, detail: str = "") -> Failure:
@@ -250,14 +247,18 @@ class Decision:
 
 
 def _count(history: Iterable[Outcome], outcome: Outcome) -> int:
-    return sum(1 for h in history if h is outcome)
+    """Failures in ``history`` that spent ``outcome``'s budget (classes sharing a budget count together)."""
+    kind = outcome.rules.budget
+    return sum(1 for h in history if h.rules.budget is kind)
 
 
 def admit(history: Sequence[Outcome], retry: RetryRules, role: Role, *, gpus: int = 0) -> Decision:
     """Whether the task may launch another attempt, given its round's ended attempts (which may
     include a lost worker's attempts, recorded as infrastructure failures by the next try)."""
     b = budgets(retry, role)
-    for outcome in (Outcome.INFRA_FAILED, Outcome.PREEMPTED):
+    # Each budget kind in turn (infrastructure first), a failure of that kind standing for it.
+    spent = {h.rules.budget: h for h in history if h.retriable}
+    for outcome in (spent[kind] for kind in Budget if kind in spent):
         used = _count(history, outcome)
         if used > b.of(outcome):
             return Decision(Action.EXHAUSTED, outcome, Failure.BUDGET_EXHAUSTED, used, b.of(outcome))
@@ -287,7 +288,11 @@ def decide(
     b = budgets(retry, role)
     used = _count(history, outcome) + 1
     budget = b.of(outcome)
-    if outcome is Outcome.PREEMPTED and b.hand_over_after is not None and used >= b.hand_over_after:
+    if (
+        outcome.rules.budget is Budget.PREEMPTION
+        and b.hand_over_after is not None
+        and used >= b.hand_over_after
+    ):
         return Decision(
             Action.HAND_OVER,
             outcome,

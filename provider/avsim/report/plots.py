@@ -12,21 +12,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from avsim.phases.contract import Outcome
+from avsim.phases.contract import CLASS_COLOURS, Outcome
 from avsim.report.cases import parse_time
 
 if TYPE_CHECKING:
     from avsim.report.timeline import Timeline
 
-#: Outcome class -> colour (the HTML page takes its colours from here, avsim.report.html).
-COLOURS = {
-    Outcome.PASSED.value: "#1c7c3c",
-    Outcome.SCENARIO_FAILED.value: "#b35c00",
-    Outcome.BAD_INPUT.value: "#a1127b",
-    Outcome.INFRA_FAILED.value: "#c0262d",
-    Outcome.PREEMPTED.value: "#6a4fb3",
-    Outcome.BAD_BUILD.value: "#5b2a0e",
-}
+#: Outcome class -> colour (the class table's, avsim.phases.contract.CLASS_RULES; the HTML page
+#: and the avsim pages take their colours from here).
+COLOURS = CLASS_COLOURS
 _PASSED, _ALARM = Outcome.PASSED.value, Outcome.INFRA_FAILED.value
 PLOTS = {"progress": "progress.svg", "durations": "durations.svg", "failures": "failures.svg"}
 #: A deadline at most this share of the data's span beyond its end is drawn on the time axis;
