@@ -350,3 +350,35 @@ def test_a_phase_runtime_takes_the_manifests_defaults_and_checks(week: Week) -> 
         assert not PhaseRuntime.from_spec(spec).checkpoint
     with pytest.raises(ValidationError, match="under twice heartbeat_seconds"):
         PhaseRuntime.from_spec({**minimal, "heartbeat_seconds": 60, "lease_seconds": 90})
+
+
+def test_a_case_entry_keeps_its_json_and_refuses_a_misspelt_field(week: Week) -> None:
+    """The case entry the plan writes (a shard's case lists, the mapped groups' XCom) is a CaseEntry:
+    its JSON is the dict's it replaced (``phases`` only for a case with its own), one written before
+    the model parses, and a misspelt field is refused where a phase task reads it."""
+    from pydantic import ValidationError
+
+    from avsim.contracts.case import CaseEntry
+    from avsim.manifest.sample import sample_manifest
+    from avsim.manifest.validation import validate_manifest
+    from avsim.plan.shards import case_entry
+
+    m = validate_manifest(sample_manifest(2))
+    case = m.cases[0]
+    entry = case_entry(case, "standard")
+    assert entry == {
+        "case_id": case.id,
+        "family": "standard",
+        "graph": case.graph or "standard",
+        "seed": case.seed,
+        "scenario_uri": case.scenario.uri,
+        "scenario_version": case.scenario.version,
+        "parameters": case.parameters,
+        "tags": list(case.tags),
+    }
+    assert CaseEntry.model_validate(week[1]).to_json() == week[1]  # the prepared week's, as XCom holds it
+    run, _, _ = week
+    with pytest.raises(ValidationError, match="sede"):
+        PhaseArgs.of(phase="prepare", case={**week[1], "sede": 3}, run=run, task_id="standard.prepare")
+    svc = service(week)
+    assert svc.runtime_spec() == svc.head["graphs"][week[1]["graph"]]["phases"]["prepare"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from avsim.contracts.case import CaseEntry
 from avsim.ledger.breaker import Breaker, BreakerConfig
 from avsim.ledger.cache import PhaseCache, cache_key
 from avsim.ledger.documents import DocumentStore
@@ -85,7 +86,9 @@ def test_breaker_opens_on_the_failure_ratio_and_resets(tmp_path: Path) -> None:
 
 def test_cache_key_covers_what_decides_the_result(tmp_path: Path) -> None:
     spec = {"command": ["sim"], "args": ["--x"], "checkpoint": True, "timeout_seconds": 10}
-    case = {"seed": 1, "scenario_uri": "s3://s/1", "scenario_version": "v1", "parameters": {"p": 1}}
+    case = CaseEntry(
+        case_id="c1", seed=1, scenario_uri="s3://s/1", scenario_version="v1", parameters={"p": 1}
+    )
     base = dict(
         image="r/sim@sha256:" + "1" * 64,
         phase="simulate",
@@ -94,12 +97,19 @@ def test_cache_key_covers_what_decides_the_result(tmp_path: Path) -> None:
         upstream_keys={"prepare": "k1"},
     )
     key = cache_key(**base)  # type: ignore[arg-type]
+    # Pinned: a cache key outlives its run, so the same case, spec and upstream keep their key across
+    # versions (this one was computed when the case entry was a dict).
+    pinned = dict(
+        base,
+        case=case.model_copy(update={"seed": 7, "family": "standard", "graph": "standard", "tags": ("a",)}),
+    )
+    assert cache_key(**pinned) == "cdd804e507b480fb0fb5c13c237e8831c2fd286f3720526414371b6f954e99e1"  # type: ignore[arg-type]
     assert key == cache_key(**{**base, "spec": {**spec, "timeout_seconds": 99}})  # type: ignore[arg-type]
     for change in (
         {"image": "r/sim@sha256:" + "2" * 64},
         {"spec": {**spec, "args": ["--y"]}},
-        {"case": {**case, "seed": 2}},
-        {"case": {**case, "scenario_version": "v2"}},
+        {"case": case.model_copy(update={"seed": 2})},
+        {"case": case.model_copy(update={"scenario_version": "v2"})},
         {"upstream_keys": {"prepare": "k2"}},
     ):
         assert cache_key(**{**base, **change}) != key  # type: ignore[arg-type]

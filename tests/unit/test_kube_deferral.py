@@ -17,6 +17,7 @@ from tests.unit.test_kube_schemas import KUBE
 
 from avsim.artifacts import RunLayout
 from avsim.attempt import PhaseAttempt, PhaseRuntime
+from avsim.contracts.case import CaseEntry
 from avsim.kube import pods
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
@@ -51,7 +52,7 @@ def operator(lease_seconds: float) -> tuple[KubernetesPhaseOperator, PhaseAttemp
     )
     attempt = PhaseAttempt(
         layout=RunLayout(run["artifact_root"], run["run_key"]),
-        case={**case, "parameters": {}},
+        case=CaseEntry.model_validate(case),
         phase="prepare",
         attempt=1,
         runtime=PhaseRuntime.from_spec(spec),

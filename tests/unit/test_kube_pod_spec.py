@@ -12,6 +12,7 @@ from typing import Any
 
 from avsim.artifacts import RunLayout
 from avsim.attempt import PhaseAttempt, PhaseRuntime
+from avsim.contracts.case import CaseEntry
 from avsim.kube import pods
 from avsim.kube.pod_spec import SCRATCH_MOUNT, phase_pod, priority_key
 from avsim.manifest.sample import sample_manifest
@@ -43,7 +44,7 @@ def attempt(phase: str = "simulate", node_class: str = NODE_SPOT, **spec_changes
     case = m.cases[0]
     return PhaseAttempt(
         layout=RunLayout("file:///art", "avsim_weekly__manual__1"),
-        case={"case_id": case.id, "seed": case.seed, "parameters": case.parameters},
+        case=CaseEntry(case_id=case.id, seed=case.seed, parameters=case.parameters),
         phase=phase,
         attempt=3,
         runtime=PhaseRuntime.from_spec(spec),

@@ -21,6 +21,7 @@ from tests.support.kube_api.schema import SUPPORTED_VERSIONS, violations
 
 from avsim.artifacts import RunLayout
 from avsim.attempt import PhaseAttempt, PhaseRuntime
+from avsim.contracts.case import CaseEntry
 from avsim.kube import pod_spec, pods
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
@@ -86,7 +87,7 @@ def attempt_for(node_class: str, run: str, *, checkpoint: bool, overrides: bool)
     case = m.cases[0]
     attempt = PhaseAttempt(
         layout=RunLayout(ARTIFACTS, f"avsim_{run_class}__{run_id}"),
-        case={"case_id": case.id, "seed": case.seed, "parameters": case.parameters},
+        case=CaseEntry(case_id=case.id, seed=case.seed, parameters=case.parameters),
         phase=phase,
         attempt=2,
         runtime=PhaseRuntime.from_spec(spec),
@@ -169,7 +170,7 @@ def test_the_pod_the_operator_sends_is_valid_too(node_class: str) -> None:
     op = KubernetesPhaseOperator(
         task_id=f"standard.{attempt.phase}",
         phase=attempt.phase,
-        case={},
+        case={"case_id": attempt.case_id},
         run={"run_key": attempt.layout.run_key, "artifact_root": ARTIFACTS, "run_class": run_class},
         gpus=PLACEMENTS[node_class],
         kube=KUBE,

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from avsim.artifacts import RunLayout
-from avsim.attempt import PhaseAttempt, PhaseRuntime, phase_spec_for
+from avsim.attempt import PhaseAttempt, PhaseRuntime
+from avsim.contracts.case import CaseEntry
 from avsim.manifest.loader import parse_manifest_text
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.snapshot import read_snapshot, write_snapshot
@@ -72,8 +73,10 @@ def test_strings_reach_the_phase_byte_for_byte(
     write_snapshot(loaded, layout)
     snap = read_snapshot(layout)
     head = json.loads(snap.canonical_json)
-    entry = json.loads(json.dumps(case_entry(snap.manifest.cases[0], case["graph"])))
-    runtime = PhaseRuntime.from_spec(phase_spec_for(head, entry, "prepare"))
+    entry = CaseEntry.model_validate(
+        json.loads(json.dumps(case_entry(snap.manifest.cases[0], case["graph"])))
+    )
+    runtime = PhaseRuntime.from_spec(entry.phase_spec(head, "prepare"))
     attempt = PhaseAttempt(layout, entry, "prepare", 1, runtime, "b", "i")
     environ = attempt.environment()
     assert attempt.argv[1:] == args

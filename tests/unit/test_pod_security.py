@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from avsim.artifacts import RunLayout
 from avsim.attempt import PhaseAttempt, PhaseRuntime
+from avsim.contracts.case import CaseEntry
 from avsim.errors import ManifestError
 from avsim.kube import pods
 from avsim.kube.pod_spec import SCRATCH_MOUNT, phase_pod
@@ -78,7 +79,7 @@ def _attempt(pod_overrides: dict[str, Any] = BOLDEST_POD) -> PhaseAttempt:
     case = m.cases[0]
     return PhaseAttempt(
         layout=RunLayout(RUN["artifact_root"], RUN["run_key"]),
-        case={"case_id": case.id, "seed": case.seed, "parameters": case.parameters},
+        case=CaseEntry(case_id=case.id, seed=case.seed, parameters=case.parameters),
         phase="simulate",
         attempt=2,
         runtime=PhaseRuntime.from_spec(spec),
@@ -203,7 +204,7 @@ def test_the_operator_sends_that_pod_with_the_task_instances_identifying_labels(
     everything else is the pod :func:`phase_pod` built."""
     attempt = _attempt()
     op = KubernetesPhaseOperator(
-        task_id="standard.simulate", phase="simulate", case={}, run=RUN, gpus=1, kube=KUBE
+        task_id="standard.simulate", phase="simulate", case={"case_id": "c1"}, run=RUN, gpus=1, kube=KUBE
     )
     ti = SimpleNamespace(dag_id="avsim_weekly_shard", task_id="standard.simulate", map_index=3, try_number=2)
     context = {"ti": ti, "run_id": "scheduled__2026-11-30__shard_0001", "dag": SimpleNamespace()}

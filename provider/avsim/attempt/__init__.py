@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from avsim.artifacts import RunLayout
+from avsim.contracts.case import CaseEntry
 from avsim.manifest.models import PhaseSpec, PodOverrides, RetrySpec
 from avsim.phases import contract
 
@@ -63,7 +64,7 @@ class PhaseRuntime:
 @dataclass(frozen=True)
 class PhaseAttempt:
     layout: RunLayout
-    case: dict[str, Any]
+    case: CaseEntry
     phase: str
     attempt: int
     runtime: PhaseRuntime
@@ -80,7 +81,7 @@ class PhaseAttempt:
 
     @property
     def case_id(self) -> str:
-        return str(self.case["case_id"])
+        return self.case.case_id
 
     @property
     def output_uri(self) -> str:
@@ -97,13 +98,13 @@ class PhaseAttempt:
             contract.ENV_CASE_ID: self.case_id,
             contract.ENV_PHASE: self.phase,
             contract.ENV_ATTEMPT: str(self.attempt),
-            contract.ENV_SEED: str(self.case.get("seed", 0)),
+            contract.ENV_SEED: str(self.case.seed),
             contract.ENV_INPUT_URIS: json.dumps(self.inputs, sort_keys=True),
-            contract.ENV_SCENARIO_URI: str(self.case.get("scenario_uri", "")),
-            contract.ENV_SCENARIO_VERSION: str(self.case.get("scenario_version", "")),
+            contract.ENV_SCENARIO_URI: self.case.scenario_uri,
+            contract.ENV_SCENARIO_VERSION: self.case.scenario_version,
             contract.ENV_OUTPUT_URI: self.output_uri,
             contract.ENV_CHECKPOINT_URI: self.checkpoint_uri,
-            contract.ENV_PARAMETERS: json.dumps(self.case.get("parameters", {}), sort_keys=True),
+            contract.ENV_PARAMETERS: json.dumps(self.case.parameters, sort_keys=True),
             contract.ENV_BUILD_ID: self.build_id,
             contract.ENV_IMAGE: self.image,
             contract.ENV_NODE_CLASS: self.node_class,
@@ -119,12 +120,3 @@ class PhaseAttempt:
     @property
     def argv(self) -> list[str]:
         return [*self.runtime.command, *self.runtime.args]
-
-
-def phase_spec_for(head: dict[str, Any], case: dict[str, Any], phase: str) -> dict[str, Any]:
-    """The runtime spec of ``phase`` for ``case``: its own phases if it defines them, else its graph's."""
-    own = case.get("phases")
-    if own:
-        return dict(own[phase])
-    graph = case.get("graph") or case.get("family")
-    return dict(head["graphs"][graph]["phases"][phase])

@@ -16,6 +16,7 @@ from typing import Any
 
 from avsim.artifacts import RUN_LEVEL_CASE
 from avsim.contracts import RunDescriptor, run_document
+from avsim.contracts.case import CaseEntry
 from avsim.phases import policy
 from avsim.phases.policy import Role
 
@@ -30,7 +31,7 @@ class PhaseArgs:
     """One phase task's arguments, as rendered for the try that runs it.
 
     :param phase: the phase name (as in the graph).
-    :param case: the case entry (the mapped group's argument).
+    :param case: the case entry (the mapped group's argument, validated here).
     :param run: the run descriptor (None when the task's ``run`` did not render to one: the service
         fails with the reason when it needs it).
     :param task_id: the task's id (a twin's ends with the on-demand suffix).
@@ -43,7 +44,7 @@ class PhaseArgs:
     """
 
     phase: str
-    case: Mapping[str, Any]
+    case: CaseEntry
     run: RunDescriptor | None
     task_id: str
     upstream_phases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -77,7 +78,7 @@ class PhaseArgs:
             descriptor = RunDescriptor.model_validate(doc) if doc is not None else None
         return cls(
             phase=phase,
-            case=dict(case or {}),
+            case=case if isinstance(case, CaseEntry) else CaseEntry.model_validate(dict(case or {})),
             run=descriptor,
             task_id=task_id,
             upstream_phases=upstream_task_ids(upstream_phases),
@@ -90,7 +91,7 @@ class PhaseArgs:
 
     @property
     def case_id(self) -> str:
-        return str(self.case.get("case_id"))
+        return self.case.case_id
 
     @property
     def node_class(self) -> str:
@@ -98,12 +99,12 @@ class PhaseArgs:
 
     @property
     def is_run_level(self) -> bool:
-        return self.case.get("case_id") == RUN_LEVEL_CASE
+        return self.case.case_id == RUN_LEVEL_CASE
 
     def where(self, attempt: int | None = None) -> str:
         """The phase, case and attempt in words, for logs and exception messages."""
         tail = f" (attempt {attempt})" if attempt else ""
-        return f"phase {self.phase!r} of case {self.case.get('case_id')!r}{tail}"
+        return f"phase {self.phase!r} of case {self.case.case_id!r}{tail}"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from functools import cached_property
 from typing import Any
 
 from avsim.artifacts import RunLayout
-from avsim.attempt import phase_spec_for
 from avsim.attempt.args import PhaseArgs
 from avsim.attempt.steps import Done, Meter, Stop, TaskSide
 from avsim.contracts import PhaseResult, RunDescriptor
@@ -102,7 +101,7 @@ class AttemptBooks:
     def runtime_spec(self) -> dict[str, Any]:
         if self.args.is_run_level:
             return dict(self.head["run_phases"][self.phase])
-        return phase_spec_for(self.head, dict(self.args.case), self.phase)
+        return self.args.case.phase_spec(self.head, self.phase)
 
     def ended_record(
         self,

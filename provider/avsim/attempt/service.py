@@ -68,7 +68,7 @@ class AttemptService(AttemptBooks):
         its cache key is computed, or ``key`` (a resumed deferral's, kept from before it deferred)."""
         from avsim.ledger.cache import cache_key
 
-        case = dict(self.args.case)
+        case = self.args.case
         spec = self.runtime_spec()
         if key is None:
             key = (
@@ -281,7 +281,7 @@ class AttemptService(AttemptBooks):
             twin = f"{self.args.task_id}{ON_DEMAND_SUFFIX}"
             return HandOver(
                 f"{self.where(attempt.attempt)} was {decision.describe()} ({twin})",
-                case=dict(self.args.case),
+                case=self.args.case.to_json(),
                 run=self.descriptor.to_json(),
                 twin_task_id=twin,
             )

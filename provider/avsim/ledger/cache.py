@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from avsim.artifacts import cache_uri
-from avsim.contracts.case import CacheEntry
+from avsim.contracts.case import CacheEntry, CaseEntry
 from avsim.ledger.documents import DocumentStore
 from avsim.ledger.records import OutcomeRecord
 
@@ -35,7 +35,7 @@ def cache_key(
     image: str,
     phase: str,
     spec: Mapping[str, Any],
-    case: Mapping[str, Any],
+    case: CaseEntry,
     upstream_keys: Mapping[str, str],
 ) -> str:
     """The cache key of one phase of one case (hex sha256)."""
@@ -44,9 +44,9 @@ def cache_key(
         "image_digest": image.rsplit("@", 1)[-1],
         "phase": phase,
         "spec": {k: spec.get(k) for k in RESULT_FIELDS},
-        "seed": case.get("seed"),
-        "scenario": [case.get("scenario_uri"), case.get("scenario_version")],
-        "parameters": case.get("parameters") or {},
+        "seed": case.seed,
+        "scenario": [case.scenario_uri, case.scenario_version],
+        "parameters": case.parameters,
         "upstream": dict(sorted(upstream_keys.items())),
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()

@@ -60,7 +60,7 @@ def pass_commit(
     tv = op.try_view(context["ti"])
     return PassCommit(
         run=op.service.descriptor,
-        case=dict(args.case),
+        case=args.case.to_json(),
         phase=args.phase,
         task_id=args.task_id,
         role=args.role.value,

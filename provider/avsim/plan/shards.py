@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from avsim.contracts.case import CaseEntry
 from avsim.errors import ManifestError, Problem
 from avsim.manifest.models import CaseSpec, Manifest
 from avsim.plan.catalog import describe_shape, shape_fingerprint
@@ -95,20 +96,22 @@ def assign_families(manifest: Manifest, plan: WeeklyPlan) -> list[str]:
 
 
 def case_entry(case: CaseSpec, family: str) -> dict[str, Any]:
-    """What a mapped group receives for one case: small, JSON-friendly."""
-    entry: dict[str, Any] = {
-        "case_id": case.id,
-        "family": family,
-        "graph": case.graph or family,
-        "seed": case.seed,
-        "scenario_uri": case.scenario.uri,
-        "scenario_version": case.scenario.version,
-        "parameters": case.parameters,
-        "tags": list(case.tags),
-    }
-    if case.phases is not None:
-        entry["phases"] = {n: p.model_dump(mode="json", by_alias=True) for n, p in case.phases.items()}
-    return entry
+    """What a mapped group receives for one case: a :class:`avsim.contracts.case.CaseEntry` as JSON."""
+    return CaseEntry(
+        case_id=case.id,
+        family=family,
+        graph=case.graph or family,
+        seed=case.seed,
+        scenario_uri=case.scenario.uri,
+        scenario_version=case.scenario.version,
+        parameters=case.parameters,
+        tags=tuple(case.tags),
+        phases=(
+            {n: p.model_dump(mode="json", by_alias=True) for n, p in case.phases.items()}
+            if case.phases is not None
+            else None
+        ),
+    ).to_json()
 
 
 #: The canary's shard index; the week's other shards are numbered from 1.
