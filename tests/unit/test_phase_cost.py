@@ -232,9 +232,9 @@ def test_shard_phases_render_their_run_from_the_shard_conf_without_an_xcom_read(
     from avsim.contracts import RUN_FROM_SHARD_CONF, RunDescriptor
     from avsim.dagbuild.factory import load_weekly_dags
     from avsim.errors import AvsimError
+    from avsim.links import AvsimArtifactsLink
     from avsim.operators.phase import LocalPhaseOperator
     from avsim.phases.policy import Role
-    from avsim.ui.links import AvsimArtifactsLink
 
     root = Path(__file__).resolve().parents[2]
     shard = load_weekly_dags(catalog=root / "dags" / "avsim_graphs.yaml", dag_id="cost_probe", part="shard")

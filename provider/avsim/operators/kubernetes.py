@@ -45,12 +45,12 @@ from avsim.airflow_internals import (
 from avsim.attempt import PhaseAttempt
 from avsim.contracts.pod import PodEvent
 from avsim.kube import pod_spec, pods
+from avsim.links import PHASE_LINKS
 from avsim.operators.kube_sync import SyncPodPath
 from avsim.operators.lifecycle import PhaseLifecycle
 from avsim.phases.contract import AttemptResult, Detail, Outcome
 from avsim.phases.policy import Role
 from avsim.settings import KubernetesSettings
-from avsim.ui.links import PHASE_LINKS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -78,7 +78,7 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
     #: each task process: the phase's start and its resume.
     template_fields: Sequence[str] = ("namespace", "kubernetes_conn_id", "case", "run", "inputs")
     ui_color = "#d8e4f3"
-    #: From a phase task instance to its case page and its artifacts (avsim.ui.links).
+    #: From a phase task instance to its case page and its artifacts (avsim.links).
     operator_extra_links = PHASE_LINKS
 
     def __init__(

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from avsim.attempt import PhaseAttempt
+from avsim.links import PHASE_LINKS
 from avsim.operators.lifecycle import AttemptResult, PhaseLifecycle
 from avsim.phases import contract
 from avsim.phases.contract import Detail, Outcome, classify_exit_code
 from avsim.phases.heartbeat import lease_age
 from avsim.phases.policy import Role
-from avsim.ui.links import PHASE_LINKS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -61,7 +61,7 @@ class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
 
     template_fields: Sequence[str] = ("case", "run", "inputs")
     ui_color = "#d8ecf3"
-    #: From a phase task instance to its case page and its artifacts (avsim.ui.links).
+    #: From a phase task instance to its case page and its artifacts (avsim.links).
     operator_extra_links = PHASE_LINKS
 
     def __init__(
