@@ -90,11 +90,10 @@ class Outcome(str, Enum):
                                                                                         from checkpoint; on-demand after N
     ``bad_build``           the build's image does not pull, or its breaker is open     fail fast, no retry
     ======================  ==========================================================  ====================
-
-    What avsim does with each class is its row of :data:`CLASS_RULES`, the one place a class is
-    described: a new class is a member here and a row there.
     """
 
+    # What avsim does with each class is its row of CLASS_RULES, the one place a class is described:
+    # a new class is a member here and a row there.
     PASSED = "passed"
     SCENARIO_FAILED = "scenario_failed"
     BAD_INPUT = "bad_input"
