@@ -2,13 +2,6 @@
 
 from pathlib import Path
 
-from avsim.dagbuild.factory import load_weekly_dags
+from avsim.dagbuild.shard_dag import shard_dags
 
-globals().update(
-    load_weekly_dags(
-        catalog=Path(__file__).with_name("avsim_graphs.yaml"),
-        dag_id="avsim_adhoc",
-        part="shard",
-        run_class="adhoc",
-    )
-)
+globals().update(shard_dags(Path(__file__).with_name("avsim_graphs.yaml"), "avsim_adhoc", run_class="adhoc"))

@@ -231,18 +231,6 @@ class AttemptBooks:
             detail=result.detail,
         )
 
-    def commit(
-        self, rec: AttemptRecord, result: AttemptResult, cache_key: str, result_doc: Any = None
-    ) -> Done:
-        """Commit an attempt's output (the first commit of a phase wins): the phase's result.
-        ``result_doc``: the attempt's ``result.json`` when it was read already."""
-        out = self._outcome_record(rec, result, output=True, cache_key=cache_key, result_doc=result_doc)
-        self.ledger.commit(out)
-        final = self.ledger.outcome(rec.case_id, self.phase) or out
-        if final.cache_key and final.attempt == rec.attempt:
-            self.cache.store(final.cache_key, final)
-        return Done(result_of(final))
-
     def _commit_failure(self, rec: AttemptRecord, result: AttemptResult, decision: Decision) -> Stop:
         """Commit a failure (no output) and say how the task fails."""
         self.ledger.commit(self._outcome_record(rec, result, output=False))

@@ -30,6 +30,7 @@ import dataclasses
 import datetime as dt
 import socket
 from collections.abc import Mapping
+from typing import Any
 
 from avsim.attempt import PhaseAttempt, PhaseRuntime
 from avsim.attempt.args import TryView
@@ -288,6 +289,18 @@ class AttemptService(AttemptBooks):
         if decision.action is Action.RETRY:
             return _retry(self.where(rec.attempt), rec, result, decision)
         return self._commit_failure(rec, result, decision)
+
+    def commit(
+        self, rec: AttemptRecord, result: AttemptResult, cache_key: str, result_doc: Any = None
+    ) -> Done:
+        """Commit an attempt's output (the first commit of a phase wins, :meth:`Ledger.commit`) and
+        store it in the cache: the phase's result. ``result_doc``: its ``result.json`` when read already."""
+        out = self._outcome_record(rec, result, output=True, cache_key=cache_key, result_doc=result_doc)
+        self.ledger.commit(out)
+        final = self.ledger.outcome(rec.case_id, self.phase) or out
+        if final.cache_key and final.attempt == rec.attempt:
+            self.cache.store(final.cache_key, final)
+        return Done(result_of(final))
 
     # -- the committing trigger's end, and a deferral that timed out ----------------------------------
     def commit_passed(

@@ -13,6 +13,7 @@ file, does not import what the parent DAG needs.
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG, BaseOperator, get_current_context, task, task_group
@@ -146,6 +147,17 @@ def _shard_input(plan: WeeklyPlan) -> dict[str, Any]:
         from avsim.operators.exceptions import RunRejected
 
         raise RunRejected(str(exc)) from None
+
+
+def shard_dags(
+    catalog: str | Path, parent_dag_id: str = "avsim_weekly", run_class: str = "weekly"
+) -> dict[str, Any]:
+    """The shard DAG of ``parent_dag_id`` keyed by its dag_id, for a shard DAG file's ``globals()``
+    (the plan from the catalog and ``[avsim]``, as :func:`avsim.dagbuild.factory.load_weekly_dags`
+    makes it for both DAG files)."""
+    from avsim.dagbuild.factory import load_weekly_dags
+
+    return load_weekly_dags(catalog=catalog, dag_id=parent_dag_id, part="shard", run_class=run_class)
 
 
 def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> DAG:
