@@ -18,7 +18,10 @@ from __future__ import annotations
 import contextlib
 import threading
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 #: The least time a trigger of avsim waits, from its start, before it fires an event that resumes its
 #: task in a worker. Airflow 3.3.2's scheduler fails a task instance whose trigger fired before the
@@ -255,7 +258,7 @@ def later_run_ids(dag_id: str, run_id: str, limit: int = 20, engine: Any = None)
 
 
 # -- the cncf KubernetesPodOperator's private members (avsim.operators.kubernetes) -----------------
-def kpo_ti_pod_labels(context: Any) -> dict[str, str]:
+def kpo_ti_pod_labels(context: Context | None) -> dict[str, str]:
     """The labels the stock ``KubernetesPodOperator`` puts on every pod it builds for a task instance
     (dag, task, run, map index, try number; its private static ``_get_ti_pod_labels``): it finds the
     pod again by them, so the phase's own pod carries them too."""

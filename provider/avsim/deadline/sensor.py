@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
@@ -34,6 +34,9 @@ from avsim.deadline.tracking import (
 from avsim.deadline.trigger import DeadlineTrackerTrigger
 from avsim.errors import AvsimError
 from avsim.hooks.airflow_api import AirflowApiHook
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 class DeadlineTrackerError(AvsimError):
@@ -128,7 +131,7 @@ class DeadlineTrackerSensor(BaseSensorOperator):
             self.log.warning("could not read the GPU pools' slots through the API: %s", exc)
             return 0
 
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Context) -> Any:
         tracked = self._tracked()
         if not self.deferrable:
             return super().execute(context)
@@ -150,7 +153,7 @@ class DeadlineTrackerSensor(BaseSensorOperator):
             timeout=dt.timedelta(seconds=float(self.timeout)),
         )
 
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         status = event.get("status")
         tracked = self._tracked()
         if status == "done":
@@ -185,7 +188,7 @@ class DeadlineTrackerSensor(BaseSensorOperator):
         )
         return results
 
-    def poke(self, context: Any) -> PokeReturnValue:
+    def poke(self, context: Context) -> PokeReturnValue:
         tracked = self._tracked()
         phases = self._phase_tasks()
         planned = load_planned_work(tracked, phases)

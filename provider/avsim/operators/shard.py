@@ -6,11 +6,14 @@ import datetime as dt
 import enum
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.trigger_dagrun import XCOM_RUN_ID, TriggerDagRunOperator
 
 from avsim.contracts import RunDescriptor
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 #: States in which a task of the week's end has run (or was ruled out): a repair clears it again.
 WEEK_END_DONE = frozenset({"success", "failed", "upstream_failed", "skipped"})
@@ -113,7 +116,7 @@ class ShardRunOperator(TriggerDagRunOperator):
         """The week this shard run belongs to (``run``, rendered from ``prepare``'s XCom)."""
         return RunDescriptor.model_validate(self.run)
 
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Context) -> Any:
         if int(self.shard) == 0 and not self.descriptor.canary_count:
             # Succeed, not skip: the run-level phases and the report wait on the canary with
             # all_done_min_one_success, which in Airflow 3.3 skips a task when any upstream was
@@ -160,7 +163,7 @@ class ShardRunOperator(TriggerDagRunOperator):
             return ShardRunEnd.FAILED
         return ShardRunEnd.NOT_ENDED
 
-    def _start(self, context: Any, run_id: str) -> None:
+    def _start(self, context: Context, run_id: str) -> None:
         """Create the shard run through the execution API, as Airflow's task runner would for a
         TriggerDagRunOperator, so that the wait that follows is :meth:`_wait_for`'s and no other."""
         from avsim.airflow_internals import start_dag_run_from_task
@@ -219,7 +222,7 @@ class ShardRunOperator(TriggerDagRunOperator):
             "else start a run with a fixed build"
         )
 
-    def _repair_in_place(self, context: Any, run_id: str) -> None:
+    def _repair_in_place(self, context: Context, run_id: str) -> None:
         """Clear the failed shard run's failed task instances (and their downstream) and the weekly
         run's report, through the REST API; record the repair in the ledger."""
         from avsim.hooks.airflow_api import AirflowApiError, AirflowApiHook
@@ -288,7 +291,7 @@ class ShardRunOperator(TriggerDagRunOperator):
                 reset_dag_runs=False,
             )
 
-    def execute_complete(self, context: Any, event: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    def execute_complete(self, context: Context, event: tuple[str, dict[str, Any]]) -> dict[str, Any]:
         from avsim.ledger.store import Ledger
         from avsim.verdict import shard_verdict
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
 
@@ -27,6 +27,9 @@ from avsim.contracts import RunDescriptor
 from avsim.contracts.week import canary_plan
 from avsim.operators.exceptions import CanaryGateFailed
 from avsim.plan.canary import PASSED, round_since
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 class CanaryGateSensor(BaseSensorOperator):
@@ -56,7 +59,7 @@ class CanaryGateSensor(BaseSensorOperator):
         self.shard_dag_id = shard_dag_id
         self.canary_task_id = canary_task_id
 
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Context) -> Any:
         plan = canary_plan(self.canary)
         if plan is None:
             self.log.info("this week has no canary stage (too few cases): the gate is open")
@@ -75,7 +78,7 @@ class CanaryGateSensor(BaseSensorOperator):
             timeout=dt.timedelta(seconds=float(self.timeout)),
         )
 
-    def round_since(self, context: Any, run: RunDescriptor, canary_shard: int) -> str:
+    def round_since(self, context: Context, run: RunDescriptor, canary_shard: int) -> str:
         """When this gate's round began ("" in the week's first round: every attempt is evidence)."""
         from avsim.artifacts import CANARY_RUN_SUFFIX
         from avsim.ledger.store import Ledger
@@ -114,10 +117,10 @@ class CanaryGateSensor(BaseSensorOperator):
         )
         return since
 
-    def poke(self, context: Any) -> bool:  # pragma: no cover - the gate always defers
+    def poke(self, context: Context) -> bool:  # pragma: no cover - the gate always defers
         raise NotImplementedError("the canary gate waits in the triggerer")
 
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         from avsim import metrics
 
         status = event.get("status")
