@@ -16,6 +16,17 @@ contract             written by                                  read by
                      trigger's ``commit`` argument)             passed (:mod:`avsim.operators.pass_commit`)
 ===================  ==========================================  =====================================
 
+The other contracts live beside their subject:
+
+* :mod:`avsim.contracts.case`: ``CaseEntry`` (a case as the shard plan lists it: ``plan.shards``
+  writes it, the phase's attempt, cache key and service read it) and ``CacheEntry`` (a committed
+  output the phase cache keeps for a later run with the same pins);
+* :mod:`avsim.contracts.pod`: ``PodEvent`` (what the pod trigger yields; the Kubernetes operator and
+  the committing trigger read it);
+* :mod:`avsim.contracts.week`: ``CanaryPlan`` (``prepare``'s canary stage: the gate and its trigger
+  read it) and ``ShardSummary`` (each shard's ``summarize`` writes it; the shard operator, the
+  verdict, the report, ``rerun-failed`` and the canary gate read it).
+
 XCom and DAG-run conf carry them as JSON (``to_json``); readers parse them back with
 ``model_validate``, so a missing or misspelt field fails where it is read, naming the field.
 """
