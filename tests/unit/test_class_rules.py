@@ -34,14 +34,7 @@ def test_the_derived_orders_are_the_ones_avsim_documents() -> None:
         "preempted",
         "bad_build",
     )
-    assert v(contract.CASE_PRECEDENCE) == (
-        "bad_input",
-        "bad_build",
-        "preempted",
-        "infra_failed",
-        "scenario_failed",
-        "passed",
-    )
+    # (CASE_PRECEDENCE's order: tests/unit/test_case_class.py.)
     assert v(contract.FAILURE_ORDER) == (
         "bad_build",
         "bad_input",
