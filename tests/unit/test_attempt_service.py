@@ -382,3 +382,20 @@ def test_a_case_entry_keeps_its_json_and_refuses_a_misspelt_field(week: Week) ->
         PhaseArgs.of(phase="prepare", case={**week[1], "sede": 3}, run=run, task_id="standard.prepare")
     svc = service(week)
     assert svc.runtime_spec() == svc.head["graphs"][week[1]["graph"]]["phases"]["prepare"]
+
+
+def test_a_passed_end_reads_who_owns_the_phase_once(week: Week) -> None:
+    """The fence (Ledger.end_attempt) reads the phase's current attempt before anything of the end is
+    written; the commit that follows an owned end does not read it again (a GET per phase, per pass)."""
+    svc = service(week)
+    tv = TryView(1, int(svc.args.retries or 0), 0)
+    begun = svc.begin(tv, NO_INPUTS, Side())
+    assert isinstance(begun, Launch)
+    wrote_result(begun.attempt)
+    current_uri = svc.ledger.current_uri(week[1]["case_id"], "prepare")
+    reads: list[str] = []
+    real = svc.ledger.documents.read
+    svc.ledger.documents.read = lambda uri: (reads.append(uri) if uri == current_uri else None) or real(uri)  # type: ignore[method-assign]
+    done = svc.end(tv, begun.attempt, AttemptResult(Outcome.PASSED, 0), dt.datetime.now(dt.UTC), Side())
+    assert isinstance(done, Done) and done.result.attempt == 1
+    assert reads == [current_uri]

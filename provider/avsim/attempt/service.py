@@ -294,9 +294,10 @@ class AttemptService(AttemptBooks):
         self, rec: AttemptRecord, result: AttemptResult, cache_key: str, result_doc: Any = None
     ) -> Done:
         """Commit an attempt's output (the first commit of a phase wins, :meth:`Ledger.commit`) and
-        store it in the cache: the phase's result. ``result_doc``: its ``result.json`` when read already."""
+        store it in the cache: the phase's result. ``rec`` passed the fence (:meth:`record_ended`);
+        ``result_doc``: its ``result.json`` when read already."""
         out = self._outcome_record(rec, result, output=True, cache_key=cache_key, result_doc=result_doc)
-        self.ledger.commit(out)
+        self.ledger.commit(out, fenced=True)
         final = self.ledger.outcome(rec.case_id, self.phase) or out
         if final.cache_key and final.attempt == rec.attempt:
             self.cache.store(final.cache_key, final)

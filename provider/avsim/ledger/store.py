@@ -198,13 +198,15 @@ class Ledger:
             self._results[(rec.case_id, rec.phase)] = rec
         return rec
 
-    def commit(self, rec: OutcomeRecord) -> bool:
+    def commit(self, rec: OutcomeRecord, *, fenced: bool = False) -> bool:
         """Commit ``rec`` as the outcome of its (case, phase) under the rules above.
 
-        True when the committed record changed.
+        ``fenced``: the caller's :meth:`end_attempt` just found the attempt the phase's owner, so the
+        current attempt is not read again (a newer claim in between changes nothing: the first commit
+        still wins). True when the committed record changed.
         """
         where = f"phase {rec.phase!r} of case {rec.case_id!r}"
-        current = self.current_attempt(rec.case_id, rec.phase)
+        current = None if fenced else self.current_attempt(rec.case_id, rec.phase)
         if current is not None and rec.attempt != current:
             log.warning(
                 "%s: late report from abandoned attempt %d (%s) ignored; attempt %d is the current one",
