@@ -275,15 +275,10 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
 
     def _delete(self, namespace: str, name: str, grace: int | None = None) -> None:
         """Delete a pod and its Lease; already gone is fine."""
-        for call in (
-            lambda: self.client.delete_namespaced_pod(name, namespace, grace_period_seconds=grace),
-            lambda: self.coordination.delete_namespaced_lease(name, namespace),
-        ):
-            try:
-                call()
-            except ApiException as exc:
-                if exc.status != 404:
-                    self.log.warning("could not delete %s/%s: %s", namespace, name, exc.reason)
+        from avsim.operators.pod_sweep import delete_pod_and_lease
+
+        for failure in delete_pod_and_lease(self.client, self.coordination, namespace, name, grace):
+            self.log.warning("could not delete %s", failure)
 
     # -- deferrable: the shared-watch trigger ------------------------------------------------------
     def invoke_defer_method(self, last_log_time: Any = None, context: Context | None = None) -> None:
