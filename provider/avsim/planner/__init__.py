@@ -33,7 +33,8 @@ from avsim.planner.bounds import (
 )
 from avsim.planner.options import STRATEGIES, Capacity, PlannerError, SimOptions
 from avsim.planner.report import CapacityPlan, format_table, plan_capacity, plan_to_json
-from avsim.planner.simulate import SimResult, simulate
+from avsim.planner.result import SimResult
+from avsim.planner.simulate import simulate
 from avsim.planner.workload import CaseWork, PhaseWork, Workload, week_start, workload_from_manifest
 
 __all__ = [

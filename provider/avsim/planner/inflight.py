@@ -16,7 +16,7 @@ from avsim.plan.admission import (
     target_cases_in_flight,
 )
 from avsim.planner.options import Capacity, SimOptions
-from avsim.planner.simulate import SimResult
+from avsim.planner.result import SimResult
 from avsim.planner.workload import Workload
 
 

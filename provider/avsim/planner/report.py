@@ -10,7 +10,8 @@ from typing import Any
 from avsim.phases.contract import Outcome
 from avsim.planner.bounds import GpuSearch, LowerBound, lower_bound, smallest_gpus
 from avsim.planner.options import STRATEGIES, Capacity, SimOptions
-from avsim.planner.simulate import SimResult, simulate
+from avsim.planner.result import SimResult
+from avsim.planner.simulate import simulate
 from avsim.planner.workload import Workload
 
 
