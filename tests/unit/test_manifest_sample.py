@@ -12,7 +12,7 @@ import yaml
 
 from avsim.manifest.loader import load_manifest
 from avsim.manifest.models import ResourceClass
-from avsim.manifest.sample import current_iso_week, sample_manifest, write_sample
+from avsim.manifest.sample import current_iso_week, open_iso_week, sample_manifest, write_sample
 from avsim.manifest.validation import validate_manifest
 
 
@@ -89,10 +89,16 @@ def test_mixture_cases_and_determinism() -> None:
     assert other["run"]["build"]["image"] != doc["run"]["build"]["image"]
 
 
-def test_default_week_is_the_current_iso_week() -> None:
+def test_default_week_is_the_open_iso_week() -> None:
+    """This week until its deadline (Sunday 18:00 UTC), then next week: the test itself ran red on a
+    Sunday evening when it compared with the calendar's week."""
     doc = sample_manifest(1)
-    assert doc["run"]["iso_week"] == current_iso_week()
+    assert doc["run"]["iso_week"] in {open_iso_week(), open_iso_week(dt.datetime.now(dt.UTC))}
     assert current_iso_week(dt.datetime(2027, 1, 1, tzinfo=dt.UTC)) == "2026-W53"
+    sunday = dt.datetime(2026, 12, 6, tzinfo=dt.UTC)  # 2026-W49's last day
+    assert open_iso_week(sunday.replace(hour=17, minute=59)) == "2026-W49"
+    assert open_iso_week(sunday.replace(hour=18)) == "2026-W50"
+    assert open_iso_week(dt.datetime(2026, 12, 7, 9, tzinfo=dt.UTC)) == "2026-W50"
 
 
 @pytest.mark.parametrize(
