@@ -1,0 +1,172 @@
+"""The trigger a ``shards`` task defers on until its shard run fits among the week's cases in flight.
+
+The counts come from a fake :class:`avsim.plan.week_counts.WeekCounts` (the honest boundary: the
+execution API the triggerer reads through), set on the trigger's ``counts`` cached property; the
+counting (:func:`avsim.plan.week_counts.read_in_flight`) and the decision (:func:`avsim.plan.admit.admit`)
+are the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from avsim.plan.week_counts import SHARD_FIRST_TASK, WeekShape
+from avsim.triggers.admission import ShardAdmissionTrigger
+
+RUN = "r1"
+WEEK = WeekShape(
+    dag_id="avsim_weekly",
+    run_id=RUN,
+    shard_dag_id="avsim_weekly_shard",
+    shards_task_id="shards",
+    shard_count=3,
+    shard_size=10,
+    cases=30,
+    case_ends=(("standard.report",),),
+)
+
+
+class FakeCounts:
+    """Shard runs 1 and 2 exist (20 cases); ``finished`` of their cases have ended and ``per_poll`` more
+    end at every count; the ``shards`` task instances of the weekly run are in ``shards``. ``fails``: whether each
+    count in turn raises (as the supervisor's call does when the API server is unreachable)."""
+
+    def __init__(
+        self,
+        *,
+        finished: int = 0,
+        per_poll: int = 0,
+        shards: dict[str, Any] | None = None,
+        fails: list[bool] | None = None,
+        runs: tuple[int, ...] = (1, 2),
+    ) -> None:
+        self.finished = finished
+        self.per_poll = per_poll
+        self.shards = shards or {"shards_0": "running", "shards_1": "running", "shards_2": "deferred"}
+        self.fails = list(fails or ())
+        self.failed = 0
+        self.runs = runs
+        self.counts = 0
+
+    def task_states(
+        self, *, dag_id: str, run_ids: list[str], task_ids: list[str]
+    ) -> dict[str, dict[str, Any]]:
+        if task_ids == [SHARD_FIRST_TASK]:  # the first read of each count
+            if self.fails and self.fails.pop(0):
+                self.failed += 1
+                raise ConnectionError("execution API unreachable")
+            assert dag_id == WEEK.shard_dag_id
+            return {r: {SHARD_FIRST_TASK: "success"} for r in map(WEEK.run_id_of, self.runs) if r in run_ids}
+        assert (dag_id, run_ids, task_ids) == (WEEK.dag_id, [RUN], [WEEK.shards_task_id])
+        return {RUN: dict(self.shards)}
+
+    def ti_count(
+        self, *, dag_id: str, run_ids: list[str], task_ids: list[str], states: list[str] | None
+    ) -> int:
+        assert task_ids == ["standard.report"] and states and "success" in states
+        self.counts += 1
+        found = self.finished
+        self.finished += self.per_poll
+        return found
+
+
+def _trigger(fake: FakeCounts, **kwargs: Any) -> ShardAdmissionTrigger:
+    args: dict[str, Any] = {
+        "week": WEEK.to_json(),
+        "shard": 3,
+        "target": 25,
+        "poll_interval": 0.01,
+        "min_wait_seconds": 0,
+        **kwargs,
+    }
+    trigger = ShardAdmissionTrigger(**args)
+    trigger.__dict__["counts"] = fake
+    return trigger
+
+
+def _first_event(trigger: ShardAdmissionTrigger) -> dict[str, Any]:
+    async def first() -> dict[str, Any]:
+        async for event in trigger.run():
+            return dict(event.payload)
+        raise AssertionError("the trigger ended without an event")
+
+    return asyncio.run(asyncio.wait_for(first(), timeout=30))
+
+
+def test_serialize() -> None:
+    trigger = ShardAdmissionTrigger(
+        week=WEEK.to_json(), shard=3, target=25, poll_interval=5, recheck_seconds=60, max_failed_polls=4
+    )
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "avsim.triggers.admission.ShardAdmissionTrigger"
+    assert json.loads(json.dumps(kwargs)) == kwargs  # JSON-friendly: the triggerer stores it in the database
+    again = ShardAdmissionTrigger(**kwargs)
+    assert again.serialize() == (classpath, kwargs)
+    assert WeekShape.from_json(again.week) == WEEK
+    assert (again.shard, again.target, again.recheck_seconds, again.max_failed_polls) == (3, 25, 60.0, 4)
+
+
+def test_admitted_when_finished_cases_make_room() -> None:
+    # 20 cases in flight, shard 3 holds 10, target 25: it fits once 5 have ended; 2 end per count.
+    fake = FakeCounts(per_poll=2)
+    event = _first_event(_trigger(fake))
+    assert event["status"] == "admitted"
+    assert fake.counts == 4  # 0, 2, 4 ended: waits; 6 ended: 14 + 10 <= 25
+    assert (event["unfinished"], event["target"]) == (14, 25)
+    assert "<= target 25" in event["reason"]
+
+
+def test_an_earlier_shard_waiting_goes_first_then_this_one_is_admitted() -> None:
+    # Room for shard 3 at once, but shard 2 has neither its run nor an ended task: it goes first.
+    fake = FakeCounts(finished=20, runs=(1,), shards={"shards_0": "running", "shards_1": "deferred"})
+    trigger = _trigger(fake, recheck_seconds=0.2)
+    event = _first_event(trigger)
+    assert event["status"] == "recheck"
+    assert "shard 2 has not started yet" in event["reason"]
+    fake.runs = (1, 2)  # shard 2 started its run
+    assert _first_event(_trigger(fake))["status"] == "admitted"
+
+
+def test_recheck_after_recheck_seconds_without_room() -> None:
+    fake = FakeCounts()
+    began = time.monotonic()
+    event = _first_event(_trigger(fake, recheck_seconds=0.1))
+    assert time.monotonic() - began >= 0.1
+    assert event["status"] == "recheck"
+    assert (event["unfinished"], event["target"]) == (20, 25)
+    assert "waiting for 5 to finish" in event["reason"]
+    assert fake.counts > 1  # it polled while it waited
+
+
+def test_failing_counts_end_in_an_error_event_not_an_exception() -> None:
+    fake = FakeCounts(finished=20, fails=[True] * 100)
+    event = _first_event(_trigger(fake, max_failed_polls=3))
+    assert event["status"] == "error"
+    assert "3 counts failed" in event["message"] and "ConnectionError" in event["message"]
+    assert fake.failed == 3 and fake.counts == 0
+
+
+def test_a_count_that_succeeds_resets_the_failures() -> None:
+    # Six failures in all, never three in a row: it keeps counting until room appears.
+    fake = FakeCounts(per_poll=2, fails=[True, True, False, True, True, False, True, True])
+    event = _first_event(_trigger(fake, max_failed_polls=3))
+    assert event["status"] == "admitted"
+    assert fake.failed == 6 and fake.counts == 4
+
+
+def test_a_bad_week_document_is_an_error_event() -> None:
+    event = _first_event(_trigger(FakeCounts(), week={"dag_id": "avsim_weekly", "nope": 1}))
+    assert event["status"] == "error" and "TypeError" in event["message"]
+    event = _first_event(_trigger(FakeCounts(), week={**WEEK.to_json(), "case_ends": 7}))
+    assert event["status"] == "error"
+
+
+def test_no_event_sooner_than_the_minimum_wait() -> None:
+    fake = FakeCounts(finished=20)  # room at once
+    began = time.monotonic()
+    event = _first_event(_trigger(fake, min_wait_seconds=0.3))
+    assert event["status"] == "admitted" and fake.counts == 1
+    assert time.monotonic() - began >= 0.3
