@@ -50,6 +50,7 @@ def get_provider_info() -> dict[str, Any]:
                     "avsim.operators.pass_commit",
                     "avsim.triggers.canary",
                     "avsim.triggers.shard_run",
+                    "avsim.triggers.admission",
                 ],
             }
         ],

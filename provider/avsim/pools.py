@@ -224,3 +224,13 @@ def _sync(specs: tuple[PoolSpec, ...], session: Any) -> list[PoolChange]:
         changes.append(PoolChange(spec.name, "updated" if diff else "unchanged", diff))
     session.flush()
     return changes
+
+
+def api_pool_slots(conn_id: str, gpu_spot_pool: str, cpu_pool: str) -> tuple[int | None, int | None]:
+    """The GPU spot and CPU pools' slots now, through Airflow's REST API (connection ``conn_id``,
+    ``[avsim] airflow_api_conn_id``): what a worker reads, having no database (None for a pool that
+    does not exist). Admission sizes a week's cases in flight from them (:mod:`avsim.plan.admit`)."""
+    from avsim.hooks.airflow_api import AirflowApiHook
+
+    hook = AirflowApiHook(conn_id)
+    return hook.pool_slots(gpu_spot_pool), hook.pool_slots(cpu_pool)

@@ -17,6 +17,8 @@ from avsim.errors import ConfigError
 
 #: The phase backends this version ships.
 BACKENDS = ("local", "kubernetes")
+#: ``[avsim] admission``: by cases in flight (the default), or the window of whole shard runs.
+ADMISSION_MODES = ("cases_in_flight", "window")
 
 #: Where each node class's pods go by default: a node label and the taints those nodes carry.
 DEFAULT_NODE_CLASSES = {
@@ -60,7 +62,12 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "string",
         "Manifest URI of the scheduled weekly run; '{iso_week}' is replaced by the run's ISO week.",
     ),
-    "shard_size": ("250", "integer", "Most cases in one shard DAG run (S)."),
+    "shard_size": (
+        "250",
+        "integer",
+        "Most cases in one shard DAG run (S). Admitting by cases in flight, a week's shard runs hold a "
+        "third of the target, at most this many.",
+    ),
     "max_active_shards": ("6", "integer", "Most shard DAG runs active at once (W)."),
     "gpu_spot_pool": ("avsim_gpu_spot", "string", "Airflow pool of GPU phases on spot nodes."),
     "gpu_on_demand_pool": ("avsim_gpu_on_demand", "string", "Airflow pool of GPU phases on on-demand nodes."),
@@ -202,6 +209,14 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     ),
     "deadline_gpus_per_node": ("1", "integer", "GPUs per node of that node group."),
     # admission by cases in flight (issue 29)
+    "admission": (
+        "cases_in_flight",
+        "string",
+        "How a week starts its shard runs. cases_in_flight: each as soon as its cases fit beside the "
+        "unfinished ones under the target (cases_in_flight; docs/design.md, 'Admission by cases in "
+        "flight'). window: whole shard runs of shard_size, max_active_shards at once, a new one when "
+        "one ends.",
+    ),
     "cases_in_flight": (
         "0",
         "integer",
@@ -325,8 +340,13 @@ class AvsimSettings:
     manifest_safety: ManifestSafetySettings = field(default_factory=ManifestSafetySettings)
     cases_in_flight: int = 0
     scheduler_ms_per_task_instance: float = 3.0
+    admission: str = "cases_in_flight"
 
     def __post_init__(self) -> None:
+        if self.admission not in ADMISSION_MODES:
+            raise ConfigError(
+                f"[avsim] admission = {self.admission!r}; use one of: {', '.join(ADMISSION_MODES)}"
+            )
         if self.cases_in_flight < 0:
             raise ConfigError(
                 f"[avsim] cases_in_flight = {self.cases_in_flight}; use 0 (derive from the pools) or more"
@@ -446,6 +466,7 @@ def load_settings() -> AvsimSettings:
             ),
             cases_in_flight=int(get("cases_in_flight")),
             scheduler_ms_per_task_instance=float(get("scheduler_ms_per_task_instance")),
+            admission=get("admission").strip(),
         )
     except ValueError as exc:
         raise ConfigError(f"[avsim] has a value of the wrong type: {exc}") from exc

@@ -7,6 +7,7 @@ contract             written by                                  read by
                                                                  (a shard's phases render it from the
                                                                  shard run's conf), the canary gate, the
                                                                  deadline tracker, the week's end, the pages
+:class:`AdmissionPlan`  ``prepare``, inside the run descriptor      the ``shards`` tasks (admission)
 :class:`ShardConf`   the parent's ``canary`` / ``shards`` tasks      the shard run's ``load_shard`` and
                      (the shard run's conf)                      ``summarize``
 :class:`PhaseResult`  every phase task: its return value when    downstream phases (their inputs), the
@@ -55,6 +56,23 @@ class _Contract(BaseModel):
         return self.model_dump(mode="json")
 
 
+class AdmissionPlan(_Contract):
+    """How a week admits its shard runs by cases in flight (:mod:`avsim.plan.admit`): ``prepare``
+    writes it into the run descriptor, each ``shards`` task reads it before starting its shard run."""
+
+    #: ``[avsim] cases_in_flight`` when above 0: the target whatever the pools.
+    configured: int = Field(default=0, ge=0)
+    #: The target when the week was prepared (the pools' slots then; docs/design.md).
+    target: int = Field(ge=1)
+    #: The pools' slots it was derived from (``None``: they could not be read, the target is the
+    #: configured one or the window's W x S).
+    spot_gpus: int | None = None
+    cpus: int | None = None
+    #: The mean case as :class:`avsim.plan.admission.CaseLoad` has it (its fields): a ``shards`` task
+    #: derives the target again from the pools' slots at that moment (the deadline tracker may raise them).
+    load: dict[str, float] = Field(default_factory=dict)
+
+
 class RunDescriptor(_Contract):
     """One weekly or ad-hoc run, as ``prepare`` describes it to every later task."""
 
@@ -75,6 +93,10 @@ class RunDescriptor(_Contract):
     canary_count: int = Field(default=0, ge=0)
     #: The run key this run reruns (``avsim rerun-failed``), if it is a rerun.
     rerun_of: str | None = None
+    #: Cases per shard run (shards 1..n; the last may hold fewer); 0 in a descriptor from before it.
+    shard_size: int = Field(default=0, ge=0)
+    #: Admission by cases in flight; None: the window of whole shard runs (``[avsim] admission``).
+    admission: AdmissionPlan | None = None
 
     @property
     def layout(self) -> RunLayout:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from avsim.artifacts import RunLayout, canary_run_id, run_key_for, shard_run_id, week_index_uri
 from avsim.contracts import RunDescriptor, ShardConf
@@ -21,6 +22,10 @@ from avsim.settings import AvsimSettings
 from avsim.storage import exists, read_json, write_json
 from avsim.verdict import CASE_OUTCOMES, shard_verdict
 
+if TYPE_CHECKING:
+    from avsim.contracts import AdmissionPlan
+    from avsim.manifest.models import Manifest
+
 log = logging.getLogger(__name__)
 
 
@@ -31,12 +36,16 @@ def prepare_week(
     settings: AvsimSettings,
     dag_id: str,
     run_id: str,
+    pool_slots: Callable[[], tuple[int | None, int | None]] | None = None,
 ) -> dict[str, Any]:
     """Load and check the manifest, snapshot it, pick the canary, cut the rest into shards, and
     describe the shard runs.
 
     Idempotent: a retry finds the same snapshot and shard files and returns the same answer;
     a different manifest under the same run is refused (the snapshot is immutable).
+
+    ``pool_slots`` reads the GPU spot and CPU pools' slots (None each when unknown): admitting by
+    cases in flight, the week's target and shard size come from them (:func:`week_admission`).
     """
     from avsim.manifest.bounded import load_manifest_bounded, parse_bounded
     from avsim.manifest.policy import check_prepare, policy_from_settings
@@ -64,13 +73,22 @@ def prepare_week(
         if spec.enabled
         else []
     )
-    canary_shard, shards = cut_shards(manifest, families, plan.shard_size, canary_ix)
+    admission, shard_size = week_admission(
+        manifest, plan, settings, len(manifest.cases) - len(canary_ix), pool_slots
+    )
+    first = layout.shard_cases(1)
+    if exists(first):  # a retry finds the week cut: shard 1 holds S cases (or all, when it is the only one)
+        shard_size = ShardPlan.from_json(read_json(first)).case_count or shard_size
+    canary_shard, shards = cut_shards(manifest, families, shard_size, canary_ix)
     for shard in ([canary_shard] if canary_shard else []) + shards:
         uri = layout.shard_cases(shard.index)
         if not exists(uri):
             write_json(uri, shard.to_json())
     work = planned_work(manifest, families)
-    write_json(layout.plan_uri, {**work, "canary_cases": len(canary_ix), "shards": len(shards)})
+    write_json(
+        layout.plan_uri,
+        {**work, "canary_cases": len(canary_ix), "shards": len(shards), "shard_size": shard_size},
+    )
     run = RunDescriptor(
         run_key=layout.run_key,
         artifact_root=layout.root,
@@ -87,6 +105,8 @@ def prepare_week(
         shard_count=len(shards),
         canary_count=len(canary_ix),
         rerun_of=manifest.run.rerun_of,
+        shard_size=shard_size,
+        admission=admission,
     ).to_json()
     if plan.run_class == "weekly" and manifest.run.run_class.value == "weekly" and not manifest.run.rerun_of:
         write_json(
@@ -115,12 +135,16 @@ def prepare_week(
             conf=ShardConf.model_validate({"run": run, "shard": CANARY_SHARD}),
         )
     log.info(
-        "week %s: %d cases, canary %d, %d shards of at most %d (build %s, manifest sha256 %s)",
+        "week %s: %d cases, canary %d, %d shards of at most %d, %s (build %s, manifest sha256 %s)",
         manifest.run.iso_week,
         len(manifest.cases),
         len(canary_ix),
         len(shards),
-        plan.shard_size,
+        shard_size,
+        f"admitted by cases in flight: target {admission.target} (pools: {admission.spot_gpus} spot GPUs, "
+        f"{admission.cpus} CPU slots; configured {admission.configured or 'no'})"
+        if admission
+        else f"a window of {plan.max_active_shards} shard runs",
         manifest.run.build.build_id,
         snapshot.sha256,
     )
@@ -141,6 +165,41 @@ def prepare_week(
         ],
         "shard_inputs": shard_inputs,
     }
+
+
+def week_admission(
+    manifest: Manifest,
+    plan: WeeklyPlan,
+    settings: AvsimSettings,
+    cases: int,
+    pool_slots: Callable[[], tuple[int | None, int | None]] | None,
+) -> tuple[AdmissionPlan | None, int]:
+    """How the week admits its shard runs, and its shard size (``cases``: the cases outside the canary).
+
+    ``[avsim] admission = window``: none, and shard runs of ``shard_size``. Else the target of cases in
+    flight from ``[avsim] cases_in_flight`` or the pools' slots and the manifest's estimates
+    (:func:`avsim.plan.admit.admission_plan`; the window's W x S when the slots cannot be read), and
+    shard runs of a third of it (:func:`avsim.plan.admit.admission_shard_size`)."""
+    from avsim.plan.admit import admission_plan, admission_shard_size
+    from avsim.planner.workload import workload_from_manifest
+
+    if settings.admission == "window":
+        return None, plan.shard_size
+    spot = cpus = None
+    if pool_slots is not None and not settings.cases_in_flight:
+        try:
+            spot, cpus = pool_slots()
+        except Exception as exc:  # the week still runs: admitted by the configured or the window's figure
+            log.warning("the pools' slots could not be read (%s): admitting by the window's W x S", exc)
+    load = workload_from_manifest(manifest).case_load()
+    admission = admission_plan(
+        load,
+        spot_gpus=spot,
+        cpus=cpus,
+        configured=settings.cases_in_flight,
+        fallback=plan.shard_size * plan.max_active_shards,
+    )
+    return admission, admission_shard_size(cases, admission.target, plan.shard_size)
 
 
 def load_shard(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:

@@ -29,6 +29,8 @@ from avsim.operators.retry import PhaseRetryPolicy
 from avsim.operators.shard import ShardRunOperator
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import CANARY_SHARD
+from avsim.plan.week_counts import case_end_tasks
+from avsim.pools import api_pool_slots
 from avsim.sensors.canary_gate import CanaryGateSensor
 from avsim.settings import AvsimSettings
 
@@ -67,6 +69,8 @@ PriorityClass. Everything else (canary, breaker, retries, report) works as in th
 
 def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, shard_dag_id: str) -> DAG:
     operator = phase_operator_class(settings)
+    # Where admission reads the pools' slots (REST connection, GPU spot pool, CPU pool).
+    admission_pools = (settings.airflow_api_conn_id, settings.gpu_spot_pool, settings.cpu_pool)
     weekly = plan.run_class == "weekly"
     with DAG(
         dag_id=dag_id,
@@ -104,6 +108,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                     settings=settings,
                     dag_id=dag_id,
                     run_id=dag_run.run_id,
+                    pool_slots=lambda: api_pool_slots(*admission_pools),
                 )
             except ManifestError as exc:
                 from avsim.operators.exceptions import RunRejected
@@ -123,6 +128,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         week_end_tasks = ["close_week", *(f"run_phases.{rp.name}" for rp in plan.run_phases), "report"]
         canary = ShardRunOperator(
             task_id="canary",
+            case_ends=[],
             trigger_dag_id=shard_dag_id,
             trigger_run_id="{{ run_id }}" + CANARY_RUN_SUFFIX,
             conf={"run": run_xcom, "shard": CANARY_SHARD},
@@ -159,6 +165,9 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             map_index_template="shard {{ task.shard }}{{ task.attention_label }}",
             airflow_api_conn_id=settings.airflow_api_conn_id,
             week_end_tasks=week_end_tasks,
+            # Admission by cases in flight: where a case ends, and the pools its target follows.
+            case_ends=[list(t) for t in case_end_tasks(plan.families)],
+            admission_pools=admission_pools,
         ).expand_kwargs(shard_specs)
         gate >> shard_runs
 

@@ -24,7 +24,6 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from avsim.deadline.actions import ActionResult, ScalingPolicy, act
 from avsim.deadline.tracking import (
     WINDOW_TASKS,
-    ExecutionApiCounts,
     PhaseTasks,
     TrackedRun,
     load_planned_work,
@@ -34,6 +33,7 @@ from avsim.deadline.tracking import (
 from avsim.deadline.trigger import DeadlineTrackerTrigger
 from avsim.errors import AvsimError
 from avsim.hooks.airflow_api import AirflowApiHook
+from avsim.plan.week_counts import ExecutionApiCounts
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -4,7 +4,8 @@ Shared by the trigger (in the triggerer) and the sensor's poke mode (in a worker
 database access in Airflow 3: task-instance and DAG-run counts come from the execution API, the
 way the standard provider's ``WorkflowTrigger`` and ``DagStateTrigger`` count them
 (``RuntimeTaskInstance.get_ti_count`` / ``get_dr_count``, answered by the process's supervisor).
-:class:`ExecutionApiCounts` is that source; a test gives its own :class:`TaskCounts`.
+:class:`ExecutionApiCounts` (:mod:`avsim.plan.week_counts`, admission's too) is that source; a test
+gives its own :class:`TaskCounts`.
 """
 
 from __future__ import annotations
@@ -41,26 +42,6 @@ class TaskCounts(Protocol):
     ) -> int: ...
 
     def dr_count(self, *, dag_id: str, run_ids: list[str], states: list[str]) -> int: ...
-
-
-class ExecutionApiCounts:
-    """Counts from Airflow's execution API, through this process's supervisor (worker or triggerer)."""
-
-    def ti_count(
-        self, *, dag_id: str, run_ids: list[str], task_ids: list[str], states: list[str] | None
-    ) -> int:
-        from avsim.airflow_internals import runtime_task_instance
-
-        return int(
-            runtime_task_instance().get_ti_count(
-                dag_id=dag_id, run_ids=run_ids, task_ids=task_ids, states=states
-            )
-        )
-
-    def dr_count(self, *, dag_id: str, run_ids: list[str], states: list[str]) -> int:
-        from avsim.airflow_internals import runtime_task_instance
-
-        return int(runtime_task_instance().get_dr_count(dag_id=dag_id, run_ids=run_ids, states=states))
 
 
 #: The parent's tasks that start and wait for the shard runs: when all of their task instances

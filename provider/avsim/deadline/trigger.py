@@ -28,7 +28,6 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS, resume_not_before
 from avsim.deadline.tracking import (
-    ExecutionApiCounts,
     PhaseTasks,
     TaskCounts,
     TrackedRun,
@@ -36,6 +35,7 @@ from avsim.deadline.tracking import (
     track_once,
     window_state,
 )
+from avsim.plan.week_counts import ExecutionApiCounts
 
 #: Between passes the trigger looks this often whether the week ended (one count of the shard
 #: runs), so the tracker, and with it the weekly run, ends with the last shard run rather than

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import json
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,11 +16,17 @@ from avsim.contracts import RunDescriptor
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from avsim.plan.week_counts import WeekShape
+
 #: States in which a task of the week's end has run (or was ruled out): a repair clears it again.
 WEEK_END_DONE = frozenset({"success", "failed", "upstream_failed", "skipped"})
 
 #: The longest a ``shards`` task waits, deferred, for a shard run it found already there.
 SHARD_WAIT_TIMEOUT = dt.timedelta(days=8)
+
+#: Admission: times (a second apart) a shard looks again whether the earlier shard it waits for has
+#: started, before it defers (:meth:`ShardRunOperator._wait_for_room`).
+TURN_CHECKS = 10
 
 
 class ShardRunEnd(enum.Enum):
@@ -91,6 +98,8 @@ class ShardRunOperator(TriggerDagRunOperator):
         run: Any,
         airflow_api_conn_id: str = "avsim_airflow_api",
         week_end_tasks: Sequence[str] = ("report",),
+        case_ends: Sequence[Sequence[str]] = (),
+        admission_pools: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("wait_for_completion", True)
@@ -110,6 +119,11 @@ class ShardRunOperator(TriggerDagRunOperator):
         self.week_end_tasks = tuple(week_end_tasks)
         #: Appended to the map index label when the shard needs attention (" · 2 need attention").
         self.attention_label = ""
+        #: Admission by cases in flight: per graph family, the tasks whose end is a case's end
+        #: (:func:`avsim.plan.week_counts.case_end_tasks`), and where the pools' slots are read
+        #: (REST connection, GPU spot pool, CPU pool; empty: the target prepared is kept).
+        self.case_ends = [list(t) for t in case_ends]
+        self.admission_pools = tuple(admission_pools)
 
     @property
     def descriptor(self) -> RunDescriptor:
@@ -148,6 +162,7 @@ class ShardRunOperator(TriggerDagRunOperator):
         if step is ShardStep.REPAIR:
             self._repair_in_place(context, run_id)
         elif step is ShardStep.START:
+            self._wait_for_room(context)  # defers while the week's cases in flight leave no room
             self._start(context, run_id)
         else:
             self.log.info("shard run %s exists (%s): waiting for it", run_id, state)
@@ -162,6 +177,85 @@ class ShardRunOperator(TriggerDagRunOperator):
         if state in self.failed_states:
             return ShardRunEnd.FAILED
         return ShardRunEnd.NOT_ENDED
+
+    def week_shape(self, context: Context) -> WeekShape | None:
+        """The week as admission counts it; None when this shard is not admitted by cases in flight
+        (the canary, ``[avsim] admission = window``, a week prepared before admission existed)."""
+        from avsim.plan.week_counts import WeekShape
+
+        run = self.descriptor
+        if run.admission is None or not run.shard_size or int(self.shard) < 1 or not self.case_ends:
+            return None
+        return WeekShape(
+            dag_id=context["ti"].dag_id,
+            run_id=context["dag_run"].run_id,
+            shard_dag_id=self.trigger_dag_id,
+            shards_task_id=context["ti"].task_id,
+            shard_count=run.shard_count,
+            shard_size=run.shard_size,
+            cases=run.case_count - run.canary_count,
+            canary_cases=run.canary_count,
+            case_ends=tuple(tuple(t) for t in self.case_ends),
+        )
+
+    def target(self) -> int:
+        """The week's cases in flight now, from the pools' slots now (the prepared target when they
+        cannot be read: admission never stops a week for want of a pool reading)."""
+        from avsim.plan.admit import week_target
+        from avsim.pools import api_pool_slots
+
+        plan = self.descriptor.admission
+        assert plan is not None
+        spot = cpus = None
+        if self.admission_pools and not plan.configured:
+            try:
+                spot, cpus = api_pool_slots(*self.admission_pools)
+            except Exception as exc:
+                self.log.warning(
+                    "the pools' slots could not be read (%s): target %d as prepared", exc, plan.target
+                )
+        return week_target(plan, spot, cpus)
+
+    def _wait_for_room(self, context: Context) -> None:
+        """Defer on :class:`avsim.triggers.admission.ShardAdmissionTrigger` until this shard's cases fit
+        beside the week's unfinished ones (:func:`avsim.plan.admit.admit`); return at once when they do."""
+        from avsim.plan.admit import AdmissionVerdict, admit
+        from avsim.plan.week_counts import ExecutionApiCounts, read_in_flight
+        from avsim.triggers.admission import ShardAdmissionTrigger
+
+        week = self.week_shape(context)
+        if week is None:
+            return
+        shard, target = int(self.shard), self.target()
+        counts = ExecutionApiCounts()
+        decision = admit(shard, week.size_of(shard), read_in_flight(counts, week, shard), target)
+        for _ in range(TURN_CHECKS):
+            # An earlier shard that has not started is usually starting this second (W shards tasks
+            # start together): look again briefly rather than defer for RESUME_AFTER_DEFER_MIN_SECONDS.
+            if decision.verdict is not AdmissionVerdict.WAIT_TURN:
+                break
+            time.sleep(1.0)
+            decision = admit(shard, week.size_of(shard), read_in_flight(counts, week, shard), target)
+        if decision.admitted:
+            self.log.info("admitted: %s", decision.reason)
+            return
+        self.log.info("waiting for room: %s", decision.reason)
+        self.defer(
+            trigger=ShardAdmissionTrigger(
+                week=week.to_json(), shard=shard, target=target, poll_interval=self.poke_interval
+            ),
+            method_name="execute_admitted",
+            timeout=SHARD_WAIT_TIMEOUT,
+        )
+
+    def execute_admitted(self, context: Context, event: dict[str, Any]) -> Any:
+        """Back from the admission trigger: decide again from the start (the breaker may have opened,
+        the pools changed; another try may have started the shard run), and start, wait or defer again."""
+        if event.get("status") == "error":
+            self.log.warning("the admission trigger could not count the week: %s", event.get("message"))
+        else:
+            self.log.info("admission: %s (%s)", event.get("status"), event.get("reason"))
+        return self.execute(context)
 
     def _start(self, context: Context, run_id: str) -> None:
         """Create the shard run through the execution API, as Airflow's task runner would for a

@@ -1,0 +1,149 @@
+"""Admission at run time: whether the next shard run of a week may start now.
+
+The weekly run keeps its unfinished cases near a target (:func:`avsim.plan.admission.target_cases_in_flight`)
+instead of holding a fixed window of whole shard runs: the ``shards`` task of shard k starts its shard
+run as soon as the cases that finished leave room for shard k's cases, not when a whole shard run ends.
+Shard runs are admitted in order: shard k waits while an earlier shard has neither a run nor an end
+(it is waiting for room itself, or for a retry), so a freed place goes to the earliest shard and many
+waiting shards never all start at once on the same free places.
+
+Everything here is a pure function of counts (:mod:`avsim.plan.week_counts` reads them from Airflow).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from dataclasses import dataclass
+
+from avsim.contracts import AdmissionPlan
+from avsim.errors import AvsimError
+from avsim.plan.admission import AdmissionError, CaseLoad, Pools, target_cases_in_flight
+
+#: A shard run holds at most this share of the target (``bench/planner.py``, 10,000 sample cases at 280
+#: GPUs: S = 250 against a target of 702 (0.36) ended within 1 % of the lower bound, 0.48 at 1.040 and
+#: 0.57 at 1.414: a shard run waits for S free places, so with coarse shard runs few are active and the
+#: GPUs idle while the week drains between them).
+SHARD_SHARE = 1 / 3
+
+#: Most shard runs a week is cut into under admission, so the grid's ``shards`` map indexes stay a
+#: readable list: a week much larger than its target gets shard runs above :data:`SHARD_SHARE`.
+MAX_SHARD_RUNS = 200
+
+
+def admission_shard_size(cases: int, target: int, largest: int) -> int:
+    """The shard size S a week of ``cases`` cases is cut into when admitting by ``target`` cases in
+    flight: :data:`SHARD_SHARE` of the target, at most ``largest`` (``[avsim] shard_size``), and at
+    least what keeps the week within :data:`MAX_SHARD_RUNS` shard runs."""
+    if cases < 0 or target < 1 or largest < 1:
+        raise AvsimError(f"shard size for {cases} cases, target {target}, largest {largest}: bad figures")
+    fewest = math.ceil(cases / MAX_SHARD_RUNS) if cases else 1
+    return max(1, min(largest, max(int(target * SHARD_SHARE), fewest)))
+
+
+def shard_case_count(shard: int, cases: int, shard_size: int) -> int:
+    """Cases of shard ``shard`` (numbered from 1) when ``cases`` cases are cut into consecutive shards
+    of ``shard_size`` (:func:`avsim.plan.shards.cut_shards`); 0 past the last."""
+    if shard < 1 or shard_size < 1:
+        return 0
+    return max(0, min(shard_size, cases - (shard - 1) * shard_size))
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A week's cases as admission counts them, seen from one shard."""
+
+    #: Cases of the week's shard runs that exist (the canary's included).
+    admitted_cases: int
+    #: Of them, cases whose every last phase has ended (passed, failed, or ruled out).
+    finished_cases: int
+    #: The earliest shard before this one with neither a shard run nor an ended ``shards`` task
+    #: (it starts first); None when there is none.
+    earlier_waiting: int | None = None
+
+    @property
+    def unfinished_cases(self) -> int:
+        return max(0, self.admitted_cases - self.finished_cases)
+
+
+class AdmissionVerdict(enum.Enum):
+    ADMIT = "admit"
+    #: An earlier shard starts first.
+    WAIT_TURN = "wait_turn"
+    #: Too many cases in flight.
+    WAIT_ROOM = "wait_room"
+
+
+@dataclass(frozen=True)
+class Admission:
+    verdict: AdmissionVerdict
+    reason: str
+
+    @property
+    def admitted(self) -> bool:
+        return self.verdict is AdmissionVerdict.ADMIT
+
+
+def admit(shard: int, size: int, in_flight: InFlight, target: int) -> Admission:
+    """Whether shard ``shard`` (``size`` cases) may start its run now, ``target`` cases in flight.
+
+    It waits for an earlier shard that has not started; else it starts when its cases fit beside the
+    unfinished ones, or when nothing is in flight (a shard run larger than the target still runs)."""
+    unfinished = in_flight.unfinished_cases
+    if in_flight.earlier_waiting is not None:
+        return Admission(
+            AdmissionVerdict.WAIT_TURN,
+            f"shard {in_flight.earlier_waiting} has not started yet and goes first",
+        )
+    if unfinished == 0 or unfinished + size <= target:
+        return Admission(
+            AdmissionVerdict.ADMIT,
+            f"{unfinished} cases in flight + {size} of shard {shard} <= target {target}"
+            if unfinished
+            else f"no case in flight: shard {shard} ({size} cases) starts",
+        )
+    return Admission(
+        AdmissionVerdict.WAIT_ROOM,
+        f"{unfinished} cases in flight + {size} of shard {shard} > target {target}: waiting for "
+        f"{unfinished + size - target} to finish",
+    )
+
+
+def admission_plan(
+    load: CaseLoad, *, spot_gpus: int | None, cpus: int | None, configured: int, fallback: int
+) -> AdmissionPlan:
+    """A week's :class:`~avsim.contracts.AdmissionPlan`: its target from ``configured`` (``[avsim]
+    cases_in_flight``) when above 0, else from the pools' slots; ``fallback`` when the slots are not
+    known or cannot run the cases (a pool without slots: the phases then wait for it whatever is
+    admitted, and ``avsim plan`` names the pool)."""
+    doc = {k: float(v) for k, v in dataclasses.asdict(load).items()}
+    plan = AdmissionPlan(
+        configured=configured, target=max(1, fallback), spot_gpus=spot_gpus, cpus=cpus, load=doc
+    )
+    return plan.model_copy(update={"target": week_target(plan, spot_gpus, cpus)})
+
+
+def week_target(plan: AdmissionPlan, spot_gpus: int | None, cpus: int | None) -> int:
+    """The cases a week keeps in flight now: the configured target, else the one the pools' slots
+    (``spot_gpus``, ``cpus``: read now; the deadline tracker may have raised them) give the week's
+    mean case; the prepared target when the slots are unknown."""
+    if plan.configured:
+        return plan.configured
+    if spot_gpus is None or cpus is None or not plan.load:
+        return plan.target
+    doc = plan.load
+    try:
+        load = CaseLoad(
+            cases=int(doc["cases"]),
+            gpu_seconds=doc["gpu_seconds"],
+            cpu_seconds=doc["cpu_seconds"],
+            path_seconds=doc["path_seconds"],
+            phases=doc["phases"],
+            task_instances=doc["task_instances"],
+            twin_task_instances=doc["twin_task_instances"],
+            slot_seconds=doc.get("slot_seconds", 0.0),
+        )
+        return target_cases_in_flight(load, Pools(spot_gpus=spot_gpus, cpus=cpus))
+    except (AdmissionError, KeyError):
+        return plan.target

@@ -1,0 +1,203 @@
+"""A week's cases in flight, counted from Airflow for admission (:mod:`avsim.plan.admit`).
+
+Neither a worker nor the triggerer has database access in Airflow 3: task-instance states and counts
+come from the execution API through the process's supervisor (``RuntimeTaskInstance.get_task_states``
+and ``get_ti_count``, as the standard provider's ``WorkflowTrigger`` counts). :class:`ExecutionApiCounts`
+is that source (the deadline tracker counts through it too); a test gives its own :class:`WeekCounts`.
+
+One count costs two state reads and two counts per graph family, whatever the week's size:
+- which shard runs exist and which are in progress: the states of their ``load_shard`` task (created
+  with the run) and ``summarize`` (the run's last, all_done: it has ended when every case has);
+- where the earlier shards are: the states of the weekly run's ``shards`` map indexes;
+- finished cases: the ended task instances of each family's last phase (the on-demand twin's when the
+  phase has one: it ends, skipped or run, after its spot task) over the runs in progress, less its
+  unexpanded one (a family without cases in a run). A family with several last phases reads their
+  states per case instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from avsim.artifacts import canary_run_id, shard_run_id
+from avsim.plan.admit import InFlight, shard_case_count
+
+#: Task-instance states in which a task instance has ended (or was ruled out) and will not run again
+#: unless cleared.
+ENDED_TI_STATES = ("success", "failed", "upstream_failed", "skipped", "removed")
+
+#: The shard DAG's first task: its task instance is created with the shard run.
+SHARD_FIRST_TASK = "load_shard"
+#: The shard DAG's last task (trigger rule all_done): when it has ended, every case of the run has.
+SHARD_LAST_TASK = "summarize"
+
+
+class WeekCounts(Protocol):
+    """Where admission's task-instance states and counts come from."""
+
+    def ti_count(
+        self,
+        *,
+        dag_id: str,
+        run_ids: list[str],
+        task_ids: list[str],
+        states: list[str] | None,
+        map_index: int | None = None,
+    ) -> int: ...
+
+    def task_states(
+        self, *, dag_id: str, run_ids: list[str], task_ids: list[str]
+    ) -> dict[str, dict[str, Any]]: ...
+
+
+class ExecutionApiCounts:
+    """Counts and states from Airflow's execution API, through this process's supervisor."""
+
+    def ti_count(
+        self,
+        *,
+        dag_id: str,
+        run_ids: list[str],
+        task_ids: list[str],
+        states: list[str] | None,
+        map_index: int | None = None,
+    ) -> int:
+        from avsim.airflow_internals import runtime_task_instance
+
+        return int(
+            runtime_task_instance().get_ti_count(
+                dag_id=dag_id, run_ids=run_ids, task_ids=task_ids, states=states, map_index=map_index
+            )
+        )
+
+    def dr_count(self, *, dag_id: str, run_ids: list[str], states: list[str]) -> int:
+        from avsim.airflow_internals import runtime_task_instance
+
+        return int(runtime_task_instance().get_dr_count(dag_id=dag_id, run_ids=run_ids, states=states))
+
+    def task_states(
+        self, *, dag_id: str, run_ids: list[str], task_ids: list[str]
+    ) -> dict[str, dict[str, Any]]:
+        from avsim.airflow_internals import runtime_task_instance
+
+        found = runtime_task_instance().get_task_states(dag_id=dag_id, run_ids=run_ids, task_ids=task_ids)
+        return {str(k): dict(v) for k, v in (found or {}).items()}
+
+
+@dataclass(frozen=True)
+class WeekShape:
+    """What admission needs to know of a week: its runs, its shards and where its cases end.
+
+    JSON-able (:meth:`to_json`): it travels in the admission trigger's arguments."""
+
+    dag_id: str
+    run_id: str
+    shard_dag_id: str
+    #: The mapped task that starts the shard runs (map index k - 1 is shard k).
+    shards_task_id: str
+    shard_count: int
+    shard_size: int
+    #: Cases in shards 1..n (the canary's not included).
+    cases: int
+    canary_cases: int = 0
+    #: Per graph family: the task ids whose ended task instances count the family's finished cases
+    #: (one per last phase; with several, a case has ended when all have, so the smallest count holds).
+    case_ends: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "case_ends": [list(t) for t in self.case_ends]}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> WeekShape:
+        return cls(**{**doc, "case_ends": tuple(tuple(t) for t in doc.get("case_ends") or ())})
+
+    def run_id_of(self, shard: int) -> str:
+        return shard_run_id(self.run_id, shard)
+
+    def size_of(self, shard: int) -> int:
+        return shard_case_count(shard, self.cases, self.shard_size)
+
+    @property
+    def run_ids(self) -> list[str]:
+        canary = [canary_run_id(self.run_id)] if self.canary_cases else []
+        return canary + [self.run_id_of(k) for k in range(1, self.shard_count + 1)]
+
+
+def case_end_tasks(families: Sequence[Any]) -> tuple[tuple[str, ...], ...]:
+    """:attr:`WeekShape.case_ends` of a plan's families (:class:`avsim.plan.model.FamilyPlan`): each
+    family's phases that no other phase of it waits for, as ``<group>.<task>`` (the twin's task when the
+    phase has an on-demand twin)."""
+    out = []
+    for family in families:
+        waited_for = {u for phase in family.phases for u in phase.upstream}
+        ends = []
+        for phase in family.phases:
+            if phase.name in waited_for:
+                continue
+            task = phase.on_demand_task if getattr(phase, "on_demand_fallback", False) else phase.name
+            ends.append(f"{family.group_id}.{task}")
+        out.append(tuple(ends))
+    return tuple(out)
+
+
+def read_in_flight(counts: WeekCounts, week: WeekShape, shard: int) -> InFlight:
+    """The week's cases in flight as shard ``shard`` sees them (:class:`avsim.plan.admit.InFlight`).
+
+    A shard run is in progress from its creation until its ``summarize`` ends (it runs whatever its
+    cases did, last): an ended one holds no case, a repaired one (``summarize`` cleared) holds its
+    cases again until they end anew."""
+    run_ids = week.run_ids
+    runs = counts.task_states(
+        dag_id=week.shard_dag_id, run_ids=run_ids, task_ids=[SHARD_FIRST_TASK, SHARD_LAST_TASK]
+    )
+    active = [r for r in run_ids if r in runs and runs[r].get(SHARD_LAST_TASK) not in ENDED_TI_STATES]
+    sizes = {week.run_id_of(k): week.size_of(k) for k in range(1, week.shard_count + 1)}
+    sizes[canary_run_id(week.run_id)] = week.canary_cases
+    earlier_waiting = None
+    earlier = [k for k in range(1, shard) if week.run_id_of(k) not in runs]
+    if earlier:
+        states = counts.task_states(
+            dag_id=week.dag_id, run_ids=[week.run_id], task_ids=[week.shards_task_id]
+        ).get(week.run_id, {})
+        for k in earlier:
+            if states.get(f"{week.shards_task_id}_{k - 1}") not in ENDED_TI_STATES:
+                earlier_waiting = k
+                break
+    finished = sum(
+        _finished_cases(counts, week.shard_dag_id, active, ends) for ends in week.case_ends if ends
+    )
+    return InFlight(
+        admitted_cases=sum(sizes.get(r, 0) for r in active),
+        finished_cases=finished,
+        earlier_waiting=earlier_waiting,
+    )
+
+
+def _finished_cases(counts: WeekCounts, dag_id: str, run_ids: list[str], ends: Sequence[str]) -> int:
+    """Cases of one graph family, in ``run_ids``, whose every last phase has ended.
+
+    A family with no case in a shard run leaves its group unexpanded: one task instance with map index
+    -1, skipped (or upstream_failed when the run's case list failed), which is no case. With several
+    last phases a case has ended when all have, counted map index by map index."""
+    if not run_ids:
+        return 0
+    ended = list(ENDED_TI_STATES)
+    if len(ends) == 1:
+        only = [ends[0]]
+        every = counts.ti_count(dag_id=dag_id, run_ids=run_ids, task_ids=only, states=ended)
+        unexpanded = counts.ti_count(
+            dag_id=dag_id, run_ids=run_ids, task_ids=only, states=ended, map_index=-1
+        )
+        return every - unexpanded
+    states = counts.task_states(dag_id=dag_id, run_ids=run_ids, task_ids=list(ends))
+    n = 0
+    for by_task in states.values():
+        per_case: dict[str, int] = {}
+        for key, state in by_task.items():
+            task, _, index = key.rpartition("_")
+            if task in ends and index.isdigit() and state in ENDED_TI_STATES:
+                per_case[index] = per_case.get(index, 0) + 1
+        n += sum(1 for count in per_case.values() if count == len(ends))
+    return n

@@ -1,0 +1,135 @@
+"""The trigger a ``shards`` task waits on before it starts its shard run: room among the week's cases.
+
+Admitting by cases in flight (:mod:`avsim.plan.admit`), shard k starts its shard run when the week's
+unfinished cases leave room for its cases under the target, and no earlier shard is still waiting.
+:class:`ShardAdmissionTrigger` counts that every ``poll_interval`` seconds through the execution API
+(:func:`avsim.plan.week_counts.read_in_flight`) and fires:
+
+- ``{"status": "admitted", ...}`` when the shard may start: the task resumes, checks once more (the
+  breaker, its shard run) and starts it;
+- ``{"status": "recheck", ...}`` after ``recheck_seconds`` without room: the task resumes to derive the
+  target again from the pools' slots at that moment (the deadline tracker may have raised them) and
+  defers again;
+- ``{"status": "error", "message": ...}`` instead of raising, when ``max_failed_polls`` counts in a row
+  failed: the task resumes and its own check decides (it fails, and retries, if it cannot count either).
+
+Never within ``min_wait_seconds`` of its start (:data:`avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS`).
+Its arguments are plain JSON, so it survives a triggerer restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from functools import cached_property
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS, resume_not_before
+from avsim.plan.admit import admit
+from avsim.plan.week_counts import ExecutionApiCounts, WeekCounts, WeekShape, read_in_flight
+
+#: A waiting shard derives its target again from the pools this often (seconds).
+RECHECK_SECONDS = 300.0
+
+
+class ShardAdmissionTrigger(BaseTrigger):
+    """Fires when shard ``shard`` of the week ``week`` (:meth:`WeekShape.to_json`) fits under ``target``.
+
+    :param week: the week's shape (:class:`avsim.plan.week_counts.WeekShape`, as JSON).
+    :param shard: the shard waiting (numbered from 1).
+    :param target: the cases the week keeps in flight.
+    :param poll_interval: seconds between counts.
+    :param recheck_seconds: after this long without room, fire ``recheck``.
+    :param max_failed_polls: failed counts in a row before an ``error`` event.
+    :param min_wait_seconds: no event sooner after the trigger starts.
+    """
+
+    def __init__(
+        self,
+        *,
+        week: dict[str, Any],
+        shard: int,
+        target: int,
+        poll_interval: float,
+        recheck_seconds: float = RECHECK_SECONDS,
+        max_failed_polls: int = 5,
+        min_wait_seconds: float = RESUME_AFTER_DEFER_MIN_SECONDS,
+    ) -> None:
+        super().__init__()
+        self.week = dict(week)
+        self.shard = int(shard)
+        self.target = int(target)
+        self.poll_interval = float(poll_interval)
+        self.recheck_seconds = float(recheck_seconds)
+        self.max_failed_polls = int(max_failed_polls)
+        self.min_wait_seconds = float(min_wait_seconds)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "week": self.week,
+                "shard": self.shard,
+                "target": self.target,
+                "poll_interval": self.poll_interval,
+                "recheck_seconds": self.recheck_seconds,
+                "max_failed_polls": self.max_failed_polls,
+                "min_wait_seconds": self.min_wait_seconds,
+            },
+        )
+
+    @cached_property
+    def counts(self) -> WeekCounts:
+        return ExecutionApiCounts()
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        began = time.monotonic()
+        async for event in self._events(began):
+            await resume_not_before(began, self.min_wait_seconds)
+            yield event
+            return
+
+    async def _events(self, began: float) -> AsyncIterator[TriggerEvent]:
+        try:
+            week = WeekShape.from_json(self.week)
+        except Exception as exc:  # an event, never an exception: the task decides
+            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+            return
+        size = week.size_of(self.shard)
+        failures = 0
+        while True:
+            try:
+                found = await asyncio.to_thread(read_in_flight, self.counts, week, self.shard)
+            except Exception as exc:
+                failures += 1
+                self.log.warning(
+                    "shard %d: counting the week's cases failed (%d of %d in a row): %s",
+                    self.shard,
+                    failures,
+                    self.max_failed_polls,
+                    exc,
+                )
+                if failures >= self.max_failed_polls:
+                    yield TriggerEvent(
+                        {
+                            "status": "error",
+                            "message": f"{failures} counts failed; last: {type(exc).__name__}: {exc}",
+                        }
+                    )
+                    return
+                await asyncio.sleep(self.poll_interval)
+                continue
+            failures = 0
+            decision = admit(self.shard, size, found, self.target)
+            facts = {"reason": decision.reason, "unfinished": found.unfinished_cases, "target": self.target}
+            if decision.admitted:
+                yield TriggerEvent({"status": "admitted", **facts})
+                return
+            if time.monotonic() - began >= self.recheck_seconds:
+                yield TriggerEvent({"status": "recheck", **facts})
+                return
+            self.log.debug("shard %d waits: %s", self.shard, decision.reason)
+            await asyncio.sleep(self.poll_interval)
