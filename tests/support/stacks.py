@@ -54,7 +54,8 @@ def weekly_stack(
     server's, when a test must name it in a connection before the stack starts).
 
     The weeks admit by cases in flight (the shipped ``[avsim] admission``) with a target of
-    ``cases_in_flight``; by default 3 x S x W: the shard runs keep S cases (a third of the target)
+    ``cases_in_flight`` (0: derived from the pools, as shipped); by default 3 x S x W: the shard runs
+    keep S cases (a third of the target)
     and ``max_active_shards`` binds, so a test written for a window of W shard runs of S sees that
     window while every ``shards`` task counts the week's cases before it starts its shard run."""
     catalog = fast_retry_catalog(base / "graphs.yaml")
@@ -68,7 +69,9 @@ def weekly_stack(
             extra_env={
                 "AIRFLOW__AVSIM__SHARD_SIZE": str(shard_size),
                 "AIRFLOW__AVSIM__MAX_ACTIVE_SHARDS": str(max_active_shards),
-                "AIRFLOW__AVSIM__CASES_IN_FLIGHT": str(cases_in_flight or 3 * shard_size * max_active_shards),
+                "AIRFLOW__AVSIM__CASES_IN_FLIGHT": str(
+                    3 * shard_size * max_active_shards if cases_in_flight is None else cases_in_flight
+                ),
                 "AIRFLOW__AVSIM__SHARD_POLL_SECONDS": "1",
                 "AIRFLOW__AVSIM__GRAPH_CATALOG": str(catalog),
                 # The deadline tracker ends with the week at its next pass: every 5 s, not every 5

@@ -1,0 +1,111 @@
+"""Admission by cases in flight on the real scheduler, dag-processor, triggerer and api-server (PostgreSQL).
+
+A week of 20 cases with the shipped admission (``[avsim] cases_in_flight`` 0: the target derived
+from the pools, which ``prepare`` reads through the REST API) and W = 6. The old window would have
+started 6 shard runs at once; admission must never hold more unfinished cases than its target (a
+new shard run starts only when its cases fit, or when nothing is in flight), must start shard runs
+while earlier ones still run (not whole runs one after another), and must have made some shards wait.
+Nothing is mocked: the phases are real processes of the fake simulator.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.airflow_run import query, trigger, wait_for_run
+from tests.support.stacks import weekly_stack
+
+from avsim.devstack.stack import LocalStack
+from avsim.manifest.models import Manifest
+from avsim.manifest.sample import sample_manifest
+from avsim.plan.admission import Pools, target_cases_in_flight
+from avsim.plan.admit import admission_shard_size
+from avsim.planner.workload import workload_from_manifest
+
+pytestmark = pytest.mark.integration
+
+CASES = 20
+GPUS, CPUS = 4, 8
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    with weekly_stack(
+        tmp_path_factory.mktemp("admission"),
+        shard_size=250,
+        max_active_shards=6,
+        cases_in_flight=0,
+        gpus=GPUS,
+        cpus=CPUS,
+    ) as s:
+        yield s
+
+
+def _descriptor(stack: LocalStack, run_id: str) -> dict[str, Any]:
+    [(value,)] = query(
+        stack,
+        "SELECT value FROM xcom WHERE dag_id = 'avsim_weekly' AND run_id = :r AND task_id = 'prepare' "
+        "AND key = 'run'",
+        r=run_id,
+    )
+    return value if isinstance(value, dict) else json.loads(value)
+
+
+def test_a_week_keeps_its_cases_in_flight_under_the_target_the_pools_give(stack: LocalStack) -> None:
+    doc = sample_manifest(
+        CASES, time_scale=0.00002, scenario_fail_rate=0.0, crash_rate=0.0, canary={"enabled": False}
+    )
+    manifest = stack.home / "week.json"
+    manifest.write_text(json.dumps(doc))
+    run_id = "it__admission"
+    trigger(stack, "avsim_weekly", run_id, {"manifest": str(manifest)})
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=900) == "success"
+
+    # prepare read the pools through the REST API and derived the target from them.
+    run = _descriptor(stack, run_id)
+    admission = run["admission"]
+    assert (admission["spot_gpus"], admission["cpus"], admission["configured"]) == (GPUS, CPUS, 0)
+    load = workload_from_manifest(Manifest.model_validate(doc)).case_load()
+    target = target_cases_in_flight(load, Pools(spot_gpus=GPUS, cpus=CPUS))
+    assert admission["target"] == target
+    shard_size = admission_shard_size(CASES, target, 250)
+    assert run["shard_size"] == shard_size and shard_size < CASES
+    assert target < 6 * shard_size, "the old window of W = 6 would have held more than the target"
+
+    # Each shard run's creation and its cases' ends (every family ends on report).
+    runs = dict(
+        query(
+            stack,
+            "SELECT run_id, queued_at FROM dag_run WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p",
+            p=f"{run_id}__shard_%",
+        )
+    )
+    assert len(runs) == -(-CASES // shard_size)
+    ends: dict[str, list[Any]] = {r: [] for r in runs}
+    for r, end in query(
+        stack,
+        "SELECT run_id, end_date FROM task_instance WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p "
+        "AND task_id LIKE '%.report' AND map_index >= 0 AND state = 'success'",
+        p=f"{run_id}__shard_%",
+    ):
+        ends[r].append(end)
+    assert sum(len(v) for v in ends.values()) == CASES
+    overlapping = 0
+    for r, created in runs.items():
+        before = [other for other, at in runs.items() if at < created]
+        in_flight = sum(1 for other in before for end in ends[other] if end > created)
+        # Admitted only when its cases fit beside the unfinished ones, or nothing was in flight.
+        assert in_flight == 0 or in_flight + len(ends[r]) <= target, (r, in_flight, len(ends[r]), target)
+        overlapping += any(max(ends[other]) > created for other in before)
+    assert overlapping, "every shard run started after the earlier ones ended: whole runs, not cases"
+
+    # Some shards waited for room, deferred on the admission trigger, and were admitted later.
+    logs = "\n".join(
+        p.read_text(errors="replace")
+        for p in Path(stack.home, "logs").rglob("*.log")
+        if "task_id=shards" in str(p) and f"run_id={run_id}" in str(p)
+    )
+    assert "waiting for room" in logs and "admission: admitted" in logs
