@@ -174,6 +174,7 @@ def admission(
         scheduler_feed,
         target_cases_in_flight,
     )
+    from avsim.plan.admit import admission_shard_size
 
     load = w.case_load()
     pools = Pools(spot_gpus=cap.gpus, cpus=cap.cpus, on_demand_gpus=cap.on_demand_gpus)
@@ -212,6 +213,12 @@ def admission(
         got = row(f"S=250 W=6 {n:,} in flight (x{h:g})", replace(today, cases_in_flight=n))
         if n == target:
             plain, looped = got
+    # What the weekly run ships: shard runs of a third of the target (avsim.plan.admit), W = 6.
+    shipped_size = admission_shard_size(len(w.cases), target, 250)
+    plain, looped = row(
+        f"shipped: S={shipped_size} W=6 {target:,} in flight",
+        replace(today, shard_size=shipped_size, cases_in_flight=target),
+    )
     row(
         f"S={small} no W {target:,} in flight (x{HEADROOM:g})",
         replace(today, shard_size=small, max_active_shards=100_000, cases_in_flight=target),

@@ -346,11 +346,12 @@ def plan(
         "(default: [avsim] cases_in_flight; 0 derives it from the pools).",
     ),
     window: bool = typer.Option(
-        True,
+        None,
         "--window/--admission",
-        help="--window (the default, what the weekly run does today): W whole shard runs, the next "
-        "admitted when one ends. --admission: shard runs admitted as finished cases make room, up to "
-        "--cases-in-flight (issue 29's design; the runtime does not admit this way yet).",
+        help="--admission: shard runs admitted as finished cases make room, up to --cases-in-flight, "
+        "of a third of it each (what the weekly run does with [avsim] admission = cases_in_flight, the "
+        "default). --window: W whole shard runs of S, the next when one ends ([avsim] admission = "
+        "window). Default: as [avsim] admission says.",
     ),
     scheduler_ms_per_task_instance: float = typer.Option(
         None,
@@ -389,7 +390,7 @@ def plan(
         if max_tis_per_loop is None:
             max_tis_per_loop = per_loop
             per_loop_setting = "[scheduler] max_tis_per_query"
-        if shard_size is None or max_active_shards is None or cases_in_flight is None:
+        if shard_size is None or max_active_shards is None or cases_in_flight is None or window is None:
             from avsim.settings import load_settings
 
             configured = load_settings()
@@ -397,6 +398,8 @@ def plan(
             max_active_shards = max_active_shards or configured.max_active_shards
             if cases_in_flight is None:
                 cases_in_flight = configured.cases_in_flight
+            if window is None:
+                window = configured.admission == "window"
         output = run_plan(
             manifest,
             Capacity(gpus=gpus, cpus=cpus, on_demand_gpus=on_demand_gpus),

@@ -38,6 +38,7 @@ from avsim.plan.admission import (
     scheduler_feed,
     target_cases_in_flight,
 )
+from avsim.plan.admit import SHARD_SHARE
 from avsim.planner import Capacity, PlannerError, SimOptions, lower_bound, simulate, workload_from_manifest
 from avsim.planner.inflight import admission_options
 from avsim.settings import load_settings
@@ -272,17 +273,18 @@ def test_the_plan_command_speaks_of_the_pools_pace_and_the_loop(tmp_path: Path) 
     assert "per loop ([scheduler] max_tis_per_query)" in out
     assert "WARNING" not in out
     assert "too coarse" not in out
-    # shard runs of 100 for a target of about 70: too coarse to follow it
-    coarse = runner.invoke(app, [*args[:-1], "100"])
-    assert coarse.exit_code == 0, coarse.output
-    assert "WARNING: shard runs of 100 cases are too coarse for" in coarse.output
+    # --shard-size is the largest shard run: admitting, the week is cut into a third of the target, as
+    # the weekly run cuts it (avsim.plan.admit.admission_shard_size), never too coarse to follow it
+    capped = json.loads(runner.invoke(app, [*args[:-1], "100", "--json"]).output)
+    target = capped["admission"]["cases_in_flight"]
+    assert capped["options"]["shard_size"] == min(100, int(target * SHARD_SHARE)) < 100
     # a scheduler 300 times slower cannot feed these pools
     slow = runner.invoke(app, [*args, "--scheduler-ms-per-task-instance", "900"])
     assert slow.exit_code == 0, slow.output
     assert "WARNING: the scheduler cannot feed the pools" in slow.output
     assert "x 900 ms (--scheduler-ms-per-task-instance)" in slow.output
-    # the window of whole shard runs (the default: what runs today); JSON carries the same figures
-    window = runner.invoke(app, [*args[:-3], *args[-2:], "--max-active-shards", "2", "--json"])
+    # the window of whole shard runs ([avsim] admission = window); JSON carries the same figures
+    window = runner.invoke(app, [*args[:-3], *args[-2:], "--window", "--max-active-shards", "2", "--json"])
     assert window.exit_code == 0, window.output
     doc = json.loads(window.output)["admission"]
     assert doc["admitting"] is False and doc["cases_in_flight"] == 20

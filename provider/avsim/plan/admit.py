@@ -21,11 +21,12 @@ from avsim.contracts import AdmissionPlan
 from avsim.errors import AvsimError
 from avsim.plan.admission import AdmissionError, CaseLoad, Pools, target_cases_in_flight
 
-#: A shard run holds at most this share of the target (``bench/planner.py``, 10,000 sample cases at 280
-#: GPUs: S = 250 against a target of 702 (0.36) ended within 1 % of the lower bound, 0.48 at 1.040 and
-#: 0.57 at 1.414: a shard run waits for S free places, so with coarse shard runs few are active and the
-#: GPUs idle while the week drains between them).
-SHARD_SHARE = 1 / 3
+#: A shard run holds at most this share of the target. ``bench/planner.py`` (10,000 sample cases, 280
+#: GPUs, target 702, W = 6): 0.36 (S = 250) ends within 1.009 x the lower bound, 0.33 (234) 1.013, 0.25
+#: (175) 1.012 to 1.018 with W = 8 to 12, 0.48 1.040 and 0.57 1.414: below about 0.4 the makespan only
+#: moves with how the shard runs' tails interleave; above half a shard run waits for so many free places
+#: that few are active and the GPUs idle while the week drains between them.
+SHARD_SHARE = 0.36
 
 #: Most shard runs a week is cut into under admission, so the grid's ``shards`` map indexes stay a
 #: readable list: a week much larger than its target gets shard runs above :data:`SHARD_SHARE`.
@@ -34,7 +35,7 @@ MAX_SHARD_RUNS = 200
 
 def admission_shard_size(cases: int, target: int, largest: int) -> int:
     """The shard size S a week of ``cases`` cases is cut into when admitting by ``target`` cases in
-    flight: :data:`SHARD_SHARE` of the target, at most ``largest`` (``[avsim] shard_size``), and at
+    flight: :data:`SHARD_SHARE` of the target (about a third), at most ``largest`` (``[avsim] shard_size``), and at
     least what keeps the week within :data:`MAX_SHARD_RUNS` shard runs."""
     if cases < 0 or target < 1 or largest < 1:
         raise AvsimError(f"shard size for {cases} cases, target {target}, largest {largest}: bad figures")

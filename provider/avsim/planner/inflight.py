@@ -15,6 +15,7 @@ from avsim.plan.admission import (
     scheduler_feed,
     target_cases_in_flight,
 )
+from avsim.plan.admit import admission_shard_size
 from avsim.planner.options import Capacity, SimOptions
 from avsim.planner.result import SimResult
 from avsim.planner.workload import Workload
@@ -42,14 +43,16 @@ def admission_options(
     *,
     max_active_shards: int | None = None,
 ) -> SimOptions:
-    """``options`` admitting by cases in flight: ``cases_in_flight`` (0: derived from the pools and
-    the workload). ``max_active_shards`` caps the active shard runs; ``None``: no cap besides the
-    week's shard runs (the cases in flight bind)."""
+    """``options`` admitting by cases in flight as the weekly run does: ``cases_in_flight`` (0: derived
+    from the pools and the workload), shard runs of a third of it, at most ``options.shard_size``
+    (:func:`avsim.plan.admit.admission_shard_size`). ``max_active_shards`` caps the active shard runs;
+    ``None``: no cap besides the week's shard runs (the cases in flight bind)."""
     target = target_cases_in_flight(
         case_load(workload, options), pools_of(capacity, options), configured=cases_in_flight
     )
-    runs = max_active_shards or max(1, math.ceil(len(workload.cases) / options.shard_size))
-    return replace(options, cases_in_flight=target, max_active_shards=runs)
+    size = admission_shard_size(len(workload.cases), target, options.shard_size)
+    runs = max_active_shards or max(1, math.ceil(len(workload.cases) / size))
+    return replace(options, cases_in_flight=target, max_active_shards=runs, shard_size=size)
 
 
 @dataclass(frozen=True)
