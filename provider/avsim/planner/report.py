@@ -96,10 +96,16 @@ def format_table(plan: CapacityPlan) -> str:
             else ""
         ),
     ]
-    lines.append(
-        f"scheduler: up to {plan.window_task_instances:,} phase task instances in the {o.max_active_shards} "
-        'active shard runs, each re-evaluated every scheduler loop (docs/design.md, "Choosing S and W")'
-    )
+    if o.cases_in_flight is None:
+        lines.append(
+            f"scheduler: up to {plan.window_task_instances:,} phase task instances in the {o.max_active_shards} "
+            'active shard runs, each re-evaluated every scheduler loop (docs/design.md, "Choosing S and W")'
+        )
+    else:  # admitting: the loop carries the cases in flight (the admission lines below say how many)
+        lines.append(
+            f"admission: shard runs start as finished cases make room for them, at most {o.cases_in_flight:,} "
+            'unfinished cases (docs/design.md, "Admission by cases in flight")'
+        )
     if o.preemption_rate:
         lines.append(
             f"spot preemption: {o.preemption_rate * 100:g} % per GPU-hour, checkpoints every "
