@@ -386,3 +386,28 @@ def test_an_ended_shard_run_holds_no_case_and_a_repaired_one_holds_its_cases_aga
         _end_case(table, repaired, plan, family, 0, state=None)  # type: ignore[arg-type]
     found = read_in_flight(table, week, 3)
     assert (found.admitted_cases, found.unfinished_cases) == (10, 3)
+
+
+def test_a_shard_waiting_for_its_turn_looks_again_briefly_before_it_would_defer() -> None:
+    """The W shards tasks start together: shard 2 finds shard 1 without its run, looks again a second
+    later (no deferral of at least 15 s), finds it created, and is admitted; with the earlier shard
+    never starting it gives up after ``turn_checks`` looks and reports whose turn it is."""
+    from avsim.plan.admit import AdmissionVerdict
+    from avsim.plan.week_counts import decide_now
+
+    plan, table = _plan(), TaskTable()
+    week = _week(plan, canary=0)
+    _shards_tis(table, "running", "running")
+    slept: list[float] = []
+
+    def shard_1_starts(seconds: float) -> None:
+        slept.append(seconds)
+        _start_run(table, shard_run_id(RUN, 1), plan, _split(10))
+
+    decision = decide_now(table, week, 2, 100, turn_checks=10, sleep=shard_1_starts)
+    assert decision.admitted and slept == [1.0]
+    waiting = TaskTable()
+    _shards_tis(waiting, "deferred", "running")
+    slept.clear()
+    decision = decide_now(waiting, week, 2, 100, turn_checks=3, sleep=slept.append)
+    assert decision.verdict is AdmissionVerdict.WAIT_TURN and slept == [1.0, 1.0, 1.0]

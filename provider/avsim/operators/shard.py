@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import json
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,8 +14,6 @@ from avsim.contracts import RunDescriptor
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-    from avsim.plan.week_counts import WeekShape
 
 #: States in which a task of the week's end has run (or was ruled out): a repair clears it again.
 WEEK_END_DONE = frozenset({"success", "failed", "upstream_failed", "skipped"})
@@ -178,26 +175,6 @@ class ShardRunOperator(TriggerDagRunOperator):
             return ShardRunEnd.FAILED
         return ShardRunEnd.NOT_ENDED
 
-    def week_shape(self, context: Context) -> WeekShape | None:
-        """The week as admission counts it; None when this shard is not admitted by cases in flight
-        (the canary, ``[avsim] admission = window``, a week prepared before admission existed)."""
-        from avsim.plan.week_counts import WeekShape
-
-        run = self.descriptor
-        if run.admission is None or not run.shard_size or int(self.shard) < 1 or not self.case_ends:
-            return None
-        return WeekShape(
-            dag_id=context["ti"].dag_id,
-            run_id=context["dag_run"].run_id,
-            shard_dag_id=self.trigger_dag_id,
-            shards_task_id=context["ti"].task_id,
-            shard_count=run.shard_count,
-            shard_size=run.shard_size,
-            cases=run.case_count - run.canary_count,
-            canary_cases=run.canary_count,
-            case_ends=tuple(tuple(t) for t in self.case_ends),
-        )
-
     def target(self) -> int:
         """The week's cases in flight now, from the pools' slots now (the prepared target when they
         cannot be read: admission never stops a week for want of a pool reading)."""
@@ -219,23 +196,22 @@ class ShardRunOperator(TriggerDagRunOperator):
     def _wait_for_room(self, context: Context) -> None:
         """Defer on :class:`avsim.triggers.admission.ShardAdmissionTrigger` until this shard's cases fit
         beside the week's unfinished ones (:func:`avsim.plan.admit.admit`); return at once when they do."""
-        from avsim.plan.admit import AdmissionVerdict, admit
-        from avsim.plan.week_counts import ExecutionApiCounts, read_in_flight
+        from avsim.plan.week_counts import ExecutionApiCounts, WeekShape, decide_now
         from avsim.triggers.admission import ShardAdmissionTrigger
 
-        week = self.week_shape(context)
-        if week is None:
+        shard = int(self.shard)
+        week = WeekShape.of_run(
+            self.descriptor,
+            dag_id=context["ti"].dag_id,
+            run_id=context["dag_run"].run_id,
+            shard_dag_id=self.trigger_dag_id,
+            shards_task_id=context["ti"].task_id,
+            case_ends=self.case_ends,
+        )
+        if week is None or shard < 1:  # the canary, the window, or a week prepared before admission
             return
-        shard, target = int(self.shard), self.target()
-        counts = ExecutionApiCounts()
-        decision = admit(shard, week.size_of(shard), read_in_flight(counts, week, shard), target)
-        for _ in range(TURN_CHECKS):
-            # An earlier shard that has not started is usually starting this second (W shards tasks
-            # start together): look again briefly rather than defer for RESUME_AFTER_DEFER_MIN_SECONDS.
-            if decision.verdict is not AdmissionVerdict.WAIT_TURN:
-                break
-            time.sleep(1.0)
-            decision = admit(shard, week.size_of(shard), read_in_flight(counts, week, shard), target)
+        target = self.target()
+        decision = decide_now(ExecutionApiCounts(), week, shard, target, turn_checks=TURN_CHECKS)
         if decision.admitted:
             self.log.info("admitted: %s", decision.reason)
             return

@@ -17,12 +17,14 @@ One count costs two state reads and two counts per graph family, whatever the we
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from avsim.artifacts import canary_run_id, shard_run_id
-from avsim.plan.admit import InFlight, shard_case_count
+from avsim.contracts import RunDescriptor
+from avsim.plan.admit import Admission, AdmissionVerdict, InFlight, admit, shard_case_count
 
 #: Task-instance states in which a task instance has ended (or was ruled out) and will not run again
 #: unless cleared.
@@ -113,6 +115,33 @@ class WeekShape:
     def from_json(cls, doc: Mapping[str, Any]) -> WeekShape:
         return cls(**{**doc, "case_ends": tuple(tuple(t) for t in doc.get("case_ends") or ())})
 
+    @classmethod
+    def of_run(
+        cls,
+        run: RunDescriptor,
+        *,
+        dag_id: str,
+        run_id: str,
+        shard_dag_id: str,
+        shards_task_id: str,
+        case_ends: Sequence[Sequence[str]],
+    ) -> WeekShape | None:
+        """The week of run descriptor ``run``; None when it is not admitted by cases in flight
+        (``[avsim] admission = window``, or prepared before admission existed)."""
+        if run.admission is None or not run.shard_size or not case_ends:
+            return None
+        return cls(
+            dag_id=dag_id,
+            run_id=run_id,
+            shard_dag_id=shard_dag_id,
+            shards_task_id=shards_task_id,
+            shard_count=run.shard_count,
+            shard_size=run.shard_size,
+            cases=run.case_count - run.canary_count,
+            canary_cases=run.canary_count,
+            case_ends=tuple(tuple(t) for t in case_ends),
+        )
+
     def run_id_of(self, shard: int) -> str:
         return shard_run_id(self.run_id, shard)
 
@@ -201,3 +230,26 @@ def _finished_cases(counts: WeekCounts, dag_id: str, run_ids: list[str], ends: S
                 per_case[index] = per_case.get(index, 0) + 1
         n += sum(1 for count in per_case.values() if count == len(ends))
     return n
+
+
+def decide_now(
+    counts: WeekCounts,
+    week: WeekShape,
+    shard: int,
+    target: int,
+    *,
+    turn_checks: int = 10,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Admission:
+    """Whether shard ``shard`` starts now (:func:`avsim.plan.admit.admit` over a fresh count). Waiting
+    for an earlier shard's turn, it counts again up to ``turn_checks`` times a second apart: the W
+    ``shards`` tasks start together and the earlier one is usually creating its run that second, so a
+    deferral (at least 15 s, :data:`avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS`) would cost more."""
+    size = week.size_of(shard)
+    decision = admit(shard, size, read_in_flight(counts, week, shard), target)
+    for _ in range(turn_checks):
+        if decision.verdict is not AdmissionVerdict.WAIT_TURN:
+            break
+        sleep(1.0)
+        decision = admit(shard, size, read_in_flight(counts, week, shard), target)
+    return decision
