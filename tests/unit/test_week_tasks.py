@@ -116,3 +116,48 @@ def test_a_week_without_canary_stage_succeeds_its_canary_task() -> None:
     )
     result = op.execute({})
     assert result["counts"] == {} and "no canary stage" in result["message"]
+
+
+def test_prepare_sizes_admission_from_the_pools_and_a_retry_keeps_the_cut(week, tmp_path: Path) -> None:
+    """Admitting by cases in flight (the shipped [avsim] admission), prepare derives the week's target
+    from the pools' slots (read by ``pool_slots``: the REST API in a worker) and cuts shard runs of
+    about a third of it; a retry that reads other slots keeps the shard runs already cut. Without the
+    slots it runs the window's shape (S, target W x S); with [avsim] admission = window, no admission."""
+    from dataclasses import replace
+
+    from avsim.contracts import RunDescriptor
+    from avsim.manifest.validation import validate_manifest
+    from avsim.plan.admission import Pools, target_cases_in_flight
+    from avsim.plan.admit import admission_shard_size
+    from avsim.planner.workload import workload_from_manifest
+
+    settings, plan, manifest = week
+    plan = replace(plan, shard_size=250, max_active_shards=6)
+    kw = dict(plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__pools")
+    first = tasks.prepare_week(source=str(manifest), pool_slots=lambda: (4, 8), **kw)
+    run = RunDescriptor.model_validate(first["run"])
+    load = workload_from_manifest(validate_manifest(json.loads(manifest.read_text()))).case_load()
+    target = target_cases_in_flight(load, Pools(spot_gpus=4, cpus=8))
+    assert run.admission is not None and (run.admission.spot_gpus, run.admission.cpus) == (4, 8)
+    assert run.admission.target == target and run.admission.configured == 0
+    assert run.shard_size == admission_shard_size(21, target, 250) < 21
+    assert run.shard_count == -(-21 // run.shard_size) == len(first["shards"])
+    again = tasks.prepare_week(source=str(manifest), pool_slots=lambda: (40, 80), **kw)
+    assert again["run"]["shard_size"] == run.shard_size and again["run"]["shard_count"] == run.shard_count
+    assert [s["trigger_run_id"] for s in again["shards"]] == [s["trigger_run_id"] for s in first["shards"]]
+
+    def unreachable() -> tuple[int | None, int | None]:
+        raise ConnectionError("the Airflow API cannot be reached")
+
+    blind = tasks.prepare_week(
+        source=str(manifest), pool_slots=unreachable, **{**kw, "run_id": "manual__blind"}
+    )
+    blind_run = RunDescriptor.model_validate(blind["run"])
+    assert blind_run.admission is not None and blind_run.admission.target == 250 * 6
+    assert blind_run.shard_size == 250 and blind_run.shard_count == 1
+    window = tasks.prepare_week(
+        source=str(manifest),
+        pool_slots=lambda: (4, 8),
+        **{**kw, "run_id": "manual__window", "settings": replace(settings, admission="window")},
+    )
+    assert window["run"]["admission"] is None and window["run"]["shard_size"] == 250

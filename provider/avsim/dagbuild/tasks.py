@@ -178,8 +178,9 @@ def week_admission(
 
     ``[avsim] admission = window``: none, and shard runs of ``shard_size``. Else the target of cases in
     flight from ``[avsim] cases_in_flight`` or the pools' slots and the manifest's estimates
-    (:func:`avsim.plan.admit.admission_plan`; the window's W x S when the slots cannot be read), and
-    shard runs of a third of it (:func:`avsim.plan.admit.admission_shard_size`)."""
+    (:func:`avsim.plan.admit.admission_plan`), and shard runs of about a third of it
+    (:func:`avsim.plan.admit.admission_shard_size`). When the slots cannot be read, the window's W x S
+    and shard runs of ``shard_size``: the week runs as the window would have run it."""
     from avsim.plan.admit import admission_plan, admission_shard_size
     from avsim.planner.workload import workload_from_manifest
 
@@ -199,6 +200,8 @@ def week_admission(
         configured=settings.cases_in_flight,
         fallback=plan.shard_size * plan.max_active_shards,
     )
+    if not settings.cases_in_flight and (spot is None or cpus is None):
+        return admission, plan.shard_size  # the window's figure as the target: the window's shard runs
     return admission, admission_shard_size(cases, admission.target, plan.shard_size)
 
 
