@@ -411,3 +411,37 @@ def test_a_shard_waiting_for_its_turn_looks_again_briefly_before_it_would_defer(
     slept.clear()
     decision = decide_now(waiting, week, 2, 100, turn_checks=3, sleep=slept.append)
     assert decision.verdict is AdmissionVerdict.WAIT_TURN and slept == [1.0, 1.0, 1.0]
+
+
+def test_the_execution_api_adapter_splits_many_run_ids_and_never_sends_an_empty_filter(
+    monkeypatch: Any,
+) -> None:
+    """200 shard runs' ids in one query string would pass 14 KB; the adapter asks in calls of at most
+    RUN_IDS_PER_CALL and adds the answers up. No call at all for no run: Airflow reads an empty run_ids
+    filter as no filter, i.e. every run of the DAG. (The supervisor's RuntimeTaskInstance is replaced
+    by a recorder: the boundary is the execution API.)"""
+    from avsim import airflow_internals
+    from avsim.plan.week_counts import RUN_IDS_PER_CALL, ExecutionApiCounts
+
+    calls: list[tuple[str, int]] = []
+
+    class Recorder:
+        @staticmethod
+        def get_ti_count(*, run_ids: list[str], **_: Any) -> int:
+            calls.append(("ti", len(run_ids)))
+            return len(run_ids)
+
+        @staticmethod
+        def get_task_states(*, run_ids: list[str], **_: Any) -> dict[str, dict[str, Any]]:
+            calls.append(("states", len(run_ids)))
+            return {r: {"load_shard": "success"} for r in run_ids}
+
+    monkeypatch.setattr(airflow_internals, "runtime_task_instance", lambda: Recorder)
+    runs = [shard_run_id(RUN, k) for k in range(1, 201)]
+    counts = ExecutionApiCounts()
+    assert counts.ti_count(dag_id=SHARD_DAG, run_ids=runs, task_ids=["x"], states=None) == 200
+    assert len(counts.task_states(dag_id=SHARD_DAG, run_ids=runs, task_ids=["load_shard"])) == 200
+    assert all(n <= RUN_IDS_PER_CALL for _, n in calls) and len(calls) == 2 * -(-200 // RUN_IDS_PER_CALL)
+    calls.clear()
+    assert counts.ti_count(dag_id=SHARD_DAG, run_ids=[], task_ids=["x"], states=None) == 0
+    assert counts.task_states(dag_id=SHARD_DAG, run_ids=[], task_ids=["x"]) == {} and calls == []

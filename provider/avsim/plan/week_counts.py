@@ -54,6 +54,17 @@ class WeekCounts(Protocol):
     ) -> dict[str, dict[str, Any]]: ...
 
 
+#: Run ids per execution-API call: each travels in the request's query string (about 70 bytes
+#: encoded), and a week of 200 shard runs in one would pass 14 KB, near servers' request-line limits.
+RUN_IDS_PER_CALL = 40
+
+
+def _chunks(run_ids: list[str]) -> list[list[str]]:
+    """``run_ids`` in calls of at most :data:`RUN_IDS_PER_CALL`; never an empty list (the API reads an
+    empty filter as none)."""
+    return [run_ids[i : i + RUN_IDS_PER_CALL] for i in range(0, len(run_ids), RUN_IDS_PER_CALL)]
+
+
 class ExecutionApiCounts:
     """Counts and states from Airflow's execution API, through this process's supervisor."""
 
@@ -68,24 +79,35 @@ class ExecutionApiCounts:
     ) -> int:
         from avsim.airflow_internals import runtime_task_instance
 
-        return int(
-            runtime_task_instance().get_ti_count(
-                dag_id=dag_id, run_ids=run_ids, task_ids=task_ids, states=states, map_index=map_index
+        ti = runtime_task_instance()
+        return sum(
+            int(
+                ti.get_ti_count(
+                    dag_id=dag_id, run_ids=part, task_ids=task_ids, states=states, map_index=map_index
+                )
             )
+            for part in _chunks(run_ids)
         )
 
     def dr_count(self, *, dag_id: str, run_ids: list[str], states: list[str]) -> int:
         from avsim.airflow_internals import runtime_task_instance
 
-        return int(runtime_task_instance().get_dr_count(dag_id=dag_id, run_ids=run_ids, states=states))
+        ti = runtime_task_instance()
+        return sum(
+            int(ti.get_dr_count(dag_id=dag_id, run_ids=part, states=states)) for part in _chunks(run_ids)
+        )
 
     def task_states(
         self, *, dag_id: str, run_ids: list[str], task_ids: list[str]
     ) -> dict[str, dict[str, Any]]:
         from avsim.airflow_internals import runtime_task_instance
 
-        found = runtime_task_instance().get_task_states(dag_id=dag_id, run_ids=run_ids, task_ids=task_ids)
-        return {str(k): dict(v) for k, v in (found or {}).items()}
+        ti = runtime_task_instance()
+        out: dict[str, dict[str, Any]] = {}
+        for part in _chunks(run_ids):
+            found = ti.get_task_states(dag_id=dag_id, run_ids=part, task_ids=task_ids)
+            out.update({str(k): dict(v) for k, v in (found or {}).items()})
+        return out
 
 
 @dataclass(frozen=True)
