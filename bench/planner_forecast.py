@@ -1,8 +1,11 @@
 """Does the capacity planner forecast a real week on this machine? Its makespan against a real run.
 
 On a real stack (scheduler, dag-processor, triggerer, api-server, LocalExecutor, SQLite; the demo's
-pools at ``--gpus``/``--cpus``, shard size S and window W set as the stack sets them) two weeks of
-fast fake phases run one after the other:
+pools at ``--gpus``/``--cpus``, ``[avsim] shard_size`` and W set as the stack sets them) two weeks of
+fast fake phases run one after the other, admitted by cases in flight (the shipped default: ``prepare``
+derives the target from the pools and cuts shard runs of about a third of it, at most
+``--shard-size``; W = 6 caps the active shard runs), or with ``--window`` through the window of whole
+shard runs of ``--shard-size`` (W = 2), as before issue 29:
 
 1. **calibration**: a week of ``--calibrate-cases`` cases (seed ``--calibrate-seed``). From
    Airflow's task instances (``queued_dttm``, ``end_date``, pool) and the ledger (attempt
@@ -12,23 +15,27 @@ fast fake phases run one after the other:
    their pool: it was not full when the upstream ended and no other task of it was queued first,
    since the planner simulates that wait itself) and the part *in the slot* (queued -> ended, minus
    the work: the task process, parsing, the ledger, the fake phase's process, the commit), which
-   holds the phase's pool slots. Also the shard start (from the moment a shard run may start, the
-   weekly run's start for the first W and the end of the shard run whose window slot it takes for
-   the others, to its first phase queued) and the run-level phases' start (the last shard's last
-   phase -> ``weekly_summary`` queued).
+   holds the phase's pool slots. Also the shard start (from the moment a shard run may start to its
+   first phase queued, less the latency) and the run-level phases' start (the last shard's last
+   phase -> ``weekly_summary`` queued). Under admission a shard run may start at the earliest moment,
+   no earlier than the previous shard's, at which the unfinished cases of the earlier shard runs
+   leave room for its cases under the target (:func:`admission_moments`, from the real case ends),
+   so the shard start holds the admission trigger's wait; under the window, the weekly run's start
+   for the first W and the end of the shard run whose window slot it takes for the others.
 2. **validation**: a different week (``--cases`` cases, seed ``--seed``: another size and mix),
-   forecast by :func:`avsim.planner.simulate` with the calibrated overhead and shard start, then
-   run. The ratio compares the forecast with the real span the planner's makespan stands for: from
+   forecast by :func:`avsim.planner.simulate` with the calibrated overhead and shard start (and,
+   under admission, the target and S that :func:`week_admission` derives as ``prepare`` does; the
+   bench prints them beside the ones ``prepare`` put in the run descriptor), then run. The ratio compares the forecast with the real span the planner's makespan stands for: from
    the weekly run's start to the end of its last run-level phase (``weekly_summary``). The whole
    run (to the end of ``report``) is printed beside it.
-3. **production**: the sample week (``--production-cases``, 280 GPUs, 200 CPUs, S = 250, W = 6)
-   forecast with and without the calibrated overhead: 30-minute phases do not notice seconds.
+3. **production**: the sample week (``--production-cases``, 280 GPUs, 200 CPUs, ``shard_size``
+   250, W = 6, admitted as the stack admits) forecast with and without the calibrated overhead: 30-minute phases do not notice seconds.
 
 The forecast uses the fake phases' durations (estimates x ``--time-scale``). Nothing is asserted;
 the last line is machine-readable. ``--save FILE`` keeps the measured weeks, ``--from FILE``
 forecasts again from them without a stack.
 
-    python bench/planner_forecast.py [--quick] [--cases 30] [--calibrate-cases 20] [--gpus 2] [--cpus 4]
+    python bench/planner_forecast.py [--quick] [--window] [--cases 30] [--calibrate-cases 20] [--gpus 2] [--cpus 4]
 """
 
 from __future__ import annotations
@@ -114,7 +121,20 @@ def run_week(stack: Any, doc: dict[str, Any], run_id: str, timeout: float) -> di
             ),
             {"d": PARENT, "r": run_id, "s": SHARD, "p": f"{run_id}__%"},
         ).all()
-        pools = dict(c.execute(q("SELECT pool, slots FROM slot_pool")).all())
+        pools: dict[str, int] = dict(c.execute(q("SELECT pool, slots FROM slot_pool")).all())
+        shard_runs = c.execute(
+            q("SELECT run_id, queued_at, start_date FROM dag_run WHERE dag_id = :s AND run_id LIKE :p"),
+            {"s": SHARD, "p": f"{run_id}__%"},
+        ).all()
+        value = c.execute(
+            q(
+                "SELECT value FROM xcom WHERE dag_id = :d AND run_id = :r AND task_id = 'prepare' "
+                "AND key = 'run'"
+            ),
+            {"d": PARENT, "r": run_id},
+        ).scalar()
+    descriptor = value if isinstance(value, dict) else json.loads(value) if value else {}
+    admission = descriptor.get("admission") or {}
     ledger = Ledger(RunLayout(f"file://{stack.home / 'artifacts'}", run_key_for(PARENT, run_id)))
     attempts = []
     cases = [(case["id"], doc["graphs"][case["graph"]]["phases"]) for case in doc["cases"]]
@@ -140,6 +160,12 @@ def run_week(stack: Any, doc: dict[str, Any], run_id: str, timeout: float) -> di
         "start": _ts(parent.start_date),
         "end": _ts(parent.end_date),
         "pools": pools,
+        # What prepare derived (None under the window) and cut the week into.
+        "admission_target": admission.get("target"),
+        "shard_size": descriptor.get("shard_size"),
+        "shard_runs": {
+            r.run_id: {"created": _ts(r.queued_at), "start": _ts(r.start_date)} for r in shard_runs
+        },
         "task_instances": [
             {
                 "dag_id": t.dag_id,
@@ -185,6 +211,8 @@ class Calibration:
     shard_starts: tuple[float, ...]
     #: The same from the last shard run's last phase to the run-level phases.
     run_phases_start_seconds: float
+    #: Per shard run (seconds from the week's start): (name, may start, created, first phase queued).
+    timeline: tuple[tuple[str, float, float | None, float], ...] = ()
 
 
 def _waited_for_pool(tis: list[dict[str, Any]], size: int, ready: float, own: dict[str, Any]) -> bool:
@@ -202,7 +230,11 @@ def _waited_for_pool(tis: list[dict[str, Any]], size: int, ready: float, own: di
 
 
 def calibrate(
-    week: dict[str, Any], doc: dict[str, Any], time_scale: float, max_active_shards: int
+    week: dict[str, Any],
+    doc: dict[str, Any],
+    time_scale: float,
+    max_active_shards: int,
+    admission: bool = True,
 ) -> Calibration:
     """The per-phase overhead and the shard start of one real week (see the module's docstring)."""
     work = {
@@ -241,18 +273,40 @@ def calibrate(
         if not _waited_for_pool(phase_tis, week["pools"].get(t["pool"], 0), ready, t):
             latency.append(t["queued"] - ready)
     lat = statistics.fmean(latency) if latency else 0.0
-    # Shard starts. Shard runs are numbered from 1 in the order the parent's window starts them.
+    # Shard starts: from the moment each shard run may start (the window's or admission's) to its
+    # first phase queued, less the latency the simulation adds to that phase.
     ends: dict[str, float] = {}
     firsts: dict[str, float] = {}
+    case_ends: dict[str, dict[str, float]] = {}
     for t in phase_tis:
-        ends[t["run_id"]] = max(ends.get(t["run_id"], 0.0), t["end"])
-        firsts[t["run_id"]] = min(firsts.get(t["run_id"], math.inf), t["queued"])
-    runs = sorted(firsts)
+        run = t["run_id"]
+        ends[run] = max(ends.get(run, 0.0), t["end"])
+        firsts[run] = min(firsts.get(run, math.inf), t["queued"])
+        of_run = case_ends.setdefault(run, {})
+        of_run[t["case"]] = max(of_run.get(t["case"], 0.0), t["end"])
+    runs = sorted(firsts, key=_shard_order)
     freed = sorted(ends.values())
-    starts = []
-    for k, run in enumerate(runs):
-        since = week["start"] if k < max_active_shards else freed[k - max_active_shards]
-        starts.append(firsts[run] - since - lat)
+    target = week.get("admission_target") if admission else None
+    if target:
+        moments = admission_moments(
+            runs, {r: list(case_ends[r].values()) for r in runs}, week["start"], target, max_active_shards
+        )
+    else:
+        moments = {
+            run: week["start"] if k < max_active_shards else freed[k - max_active_shards]
+            for k, run in enumerate(sorted(firsts))
+        }
+    starts = [firsts[run] - moments[run] - lat for run in runs]
+    created = week.get("shard_runs", {})
+    timeline = tuple(
+        (
+            run.rsplit("__", 1)[-1],
+            round(moments[run] - week["start"], 1),
+            round(created[run]["created"] - week["start"], 1) if run in created else None,
+            round(firsts[run] - week["start"], 1),
+        )
+        for run in runs
+    )
     run_level = [
         t
         for t in week["task_instances"]
@@ -272,7 +326,49 @@ def calibrate(
         shard_start_seconds=statistics.fmean(starts) if starts else 0.0,
         shard_starts=tuple(round(s, 1) for s in starts),
         run_phases_start_seconds=run_start,
+        timeline=timeline,
     )
+
+
+def _shard_order(run_id: str) -> tuple[int, int]:
+    """Shard runs in the order the week admits them: the canary (``R__canary``) first, then
+    ``R__shard_<k>`` by k."""
+    tail = run_id.rsplit("__", 1)[-1]
+    if tail.startswith("shard_") and tail[6:].isdigit():
+        return (1, int(tail[6:]))
+    return (0, 0)
+
+
+def admission_moments(
+    runs: list[str], case_ends: dict[str, list[float]], since: float, target: int, max_active_shards: int
+) -> dict[str, float]:
+    """When admission by cases in flight lets each shard run start (epoch seconds), from the real
+    case ends: shard runs in order (``runs``, the canary first: it starts with the week, ``since``),
+    each at the earliest moment t, no earlier than the previous one's, at which the unfinished cases
+    of the earlier shard runs plus its own fit under ``target`` (or none is unfinished) and fewer
+    than W earlier shard runs are unfinished (a case's end: its last phase task instance's end).
+    What the simulation does with ``SimOptions.cases_in_flight``; the real shard run starts later by
+    the admission trigger's poll and the shard run's start, which the shard start measures."""
+    moments: dict[str, float] = {}
+    earlier: list[float] = []  # case ends of the shard runs admitted so far
+    run_ends: list[float] = []
+    last = since
+    for run in runs:
+        size = len(case_ends[run])
+        if _shard_order(run)[0] == 0:
+            t = since
+        else:
+            t = last
+            for candidate in [last, *sorted(e for e in earlier if e > last)]:
+                t = candidate
+                unfinished = sum(1 for e in earlier if e > t)
+                active = sum(1 for e in run_ends if e > t)
+                if (unfinished == 0 or unfinished + size <= target) and active < max_active_shards:
+                    break
+        moments[run] = last = t
+        earlier.extend(case_ends[run])
+        run_ends.append(max(case_ends[run], default=t))
+    return moments
 
 
 def real_spans(week: dict[str, Any]) -> tuple[float, float]:
@@ -288,16 +384,41 @@ def real_spans(week: dict[str, Any]) -> tuple[float, float]:
 # -- the forecast -------------------------------------------------------------------------------
 
 
+def week_admission(doc: dict[str, Any], args: argparse.Namespace) -> tuple[int, int]:
+    """The target of cases in flight and the shard size S ``prepare`` derives for this week on the
+    bench's pools (avsim.dagbuild.tasks.week_admission): Little's law over the manifest's unscaled
+    estimates, no overhead (it is scale-free), and S from the cases outside the canary."""
+    from avsim.manifest.validation import validate_manifest
+    from avsim.plan.admission import Pools, target_cases_in_flight
+    from avsim.plan.admit import admission_shard_size
+    from avsim.plan.canary import canary_size
+    from avsim.planner import workload_from_manifest
+
+    manifest = validate_manifest(doc)
+    target = target_cases_in_flight(
+        workload_from_manifest(manifest).case_load(), Pools(spot_gpus=args.gpus, cpus=args.cpus)
+    )
+    canary = manifest.run.canary
+    cases = len(manifest.cases)
+    outside = cases - (canary_size(cases, canary.share, canary.min_cases) if canary.enabled else 0)
+    return target, admission_shard_size(outside, target, args.shard_size)
+
+
 def forecast(doc: dict[str, Any], args: argparse.Namespace, cal: Calibration | None) -> float:
+    """The planner's makespan of ``doc`` on the bench's stack: admitted by cases in flight as
+    ``prepare`` admits it (or through the window with ``--window``), with ``cal``'s overhead."""
     from avsim.manifest.validation import validate_manifest
     from avsim.planner import Capacity, SimOptions, simulate, workload_from_manifest
 
     w = workload_from_manifest(validate_manifest(doc)).scaled(args.time_scale)
     cap = Capacity(gpus=args.gpus, cpus=args.cpus, on_demand_gpus=max(1, args.gpus // 4))
+    target, size = (None, args.shard_size) if args.window else week_admission(doc, args)
     opts = SimOptions(
-        shard_size=args.shard_size,
+        shard_size=size,
         max_active_shards=args.max_active_shards,
-        max_active_tasks_per_shard=2 * args.shard_size,
+        cases_in_flight=target,
+        # The shard DAG's max_active_tasks (dagbuild/shard_dag.py), from [avsim] shard_size.
+        max_active_tasks_per_shard=max(16, 2 * args.shard_size),
         parallelism=args.parallelism,
         phase_overhead_seconds=cal.phase_overhead_seconds if cal else 0.0,
         phase_overhead_in_slot_seconds=cal.in_slot_seconds if cal else None,
@@ -307,15 +428,19 @@ def forecast(doc: dict[str, Any], args: argparse.Namespace, cal: Calibration | N
     return simulate(w, cap, opts).makespan_seconds
 
 
-def production(cases: int, overhead: float, in_slot: float) -> tuple[float, float]:
-    """The sample week at production capacity and shape: makespan without, and with, the overhead."""
+def production(cases: int, overhead: float, in_slot: float, window: bool) -> tuple[float, float]:
+    """The sample week at production capacity and shape (admitted by cases in flight as prepare
+    derives it, or the window): makespan without, and with, the overhead."""
     from avsim.manifest.sample import sample_manifest
     from avsim.manifest.validation import validate_manifest
     from avsim.planner import Capacity, SimOptions, simulate, workload_from_manifest
+    from avsim.planner.inflight import admission_options
 
     w = workload_from_manifest(validate_manifest(sample_manifest(cases)))
     cap = Capacity(gpus=280, cpus=200)
     opts = SimOptions(shard_size=250, max_active_shards=6)
+    if not window:  # the target from the estimates alone, as prepare derives it
+        opts = admission_options(w, cap, opts, 0, max_active_shards=6)
     base = simulate(w, cap, opts).makespan_seconds
     loaded = replace(opts, phase_overhead_seconds=overhead, phase_overhead_in_slot_seconds=in_slot)
     return base, simulate(w, cap, loaded).makespan_seconds
@@ -336,6 +461,7 @@ def measure(args: argparse.Namespace, docs: dict[str, dict[str, Any]]) -> dict[s
                 "AIRFLOW__AVSIM__SHARD_SIZE": str(args.shard_size),
                 "AIRFLOW__AVSIM__MAX_ACTIVE_SHARDS": str(args.max_active_shards),
                 "AIRFLOW__AVSIM__SHARD_POLL_SECONDS": "2",
+                "AIRFLOW__AVSIM__ADMISSION": "window" if args.window else "cases_in_flight",
             },
         )
         try:
@@ -375,7 +501,16 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=2, help="GPU spot pool slots")
     ap.add_argument("--cpus", type=int, default=4, help="CPU pool slots")
     ap.add_argument("--shard-size", type=int, default=10)
-    ap.add_argument("--max-active-shards", type=int, default=2)
+    ap.add_argument(
+        "--max-active-shards",
+        type=int,
+        help="W (default: 6, the shipped default, admitting by cases in flight; 2 with --window)",
+    )
+    ap.add_argument(
+        "--window",
+        action="store_true",
+        help="run the weeks with [avsim] admission = window (whole shard runs of S, W at once), as before issue 29",
+    )
     ap.add_argument("--parallelism", type=int, default=16)
     ap.add_argument("--time-scale", type=float, default=0.002, help="fake seconds per planned second")
     ap.add_argument("--production-cases", type=int, default=10_000)
@@ -388,6 +523,8 @@ def main() -> None:
     ensure_bytecode()  # measure what a deployment pays (bench/bytecode.py)
     if args.quick:
         args.calibrate_cases, args.cases, args.production_cases = 12, 20, 2_000
+    if args.max_active_shards is None:
+        args.max_active_shards = 2 if args.window else 6
 
     if args.source:
         saved = json.loads(args.source.read_text())
@@ -410,16 +547,30 @@ def main() -> None:
                 "max_active_shards",
                 "parallelism",
                 "time_scale",
+                "window",
             )
             args.save.write_text(
                 json.dumps({"args": {k: getattr(args, k) for k in keep}, "docs": docs, "weeks": weeks})
             )
 
-    cal = calibrate(weeks["calibration"], docs["calibration"], args.time_scale, args.max_active_shards)
-    print(
-        f"stack: {args.gpus} spot GPUs, {args.cpus} CPU slots, S = {args.shard_size}, W = {args.max_active_shards}, "
-        f"parallelism {args.parallelism}, time scale {args.time_scale:g}"
+    admitting = not args.window
+    cal = calibrate(
+        weeks["calibration"], docs["calibration"], args.time_scale, args.max_active_shards, admitting
     )
+    print(
+        f"stack: {args.gpus} spot GPUs, {args.cpus} CPU slots, [avsim] shard_size = {args.shard_size}, "
+        f"W = {args.max_active_shards}, parallelism {args.parallelism}, time scale {args.time_scale:g}, "
+        + ("admission by cases in flight" if admitting else "the window of whole shard runs")
+    )
+    if admitting:
+        for name in ("calibration", "validation"):
+            target, size = week_admission(docs[name], args)
+            real = (weeks[name].get("admission_target"), weeks[name].get("shard_size"))
+            same = "equal to" if (target, size) == real else "DIFFERENT FROM"
+            print(
+                f"{name} week: bench's target {target} cases in flight, S = {size}; {same} prepare's "
+                f"(target {real[0]}, S = {real[1]})"
+            )
     print(
         f"calibration ({args.calibrate_cases} cases): per-phase overhead {cal.phase_overhead_seconds:.2f} s = "
         f"latency {cal.latency_seconds:.2f} s (upstream end -> queued, {cal.latency_measured} phases whose pool "
@@ -431,6 +582,14 @@ def main() -> None:
     for name in ("calibration", "validation"):
         before, after = weeks[name].get("load", ["?", "?"])
         print(f"{name} week: load average (1 min) {before} when triggered, {after} when done (2 cores)")
+        timeline = calibrate(
+            weeks[name], docs[name], args.time_scale, args.max_active_shards, admitting
+        ).timeline
+        print(
+            f"{name} week, per shard run (s from the week's start): may start / created / first phase "
+            "queued: "
+            + ", ".join(f"{n} {m:g}/{c if c is None else f'{c:g}'}/{f:g}" for n, m, c, f in timeline)
+        )
     print(
         "| week | cases | forecast without overhead | forecast with overhead | real (to last run-level phase) "
         "| forecast / real | real whole run (to report) |"
@@ -447,16 +606,21 @@ def main() -> None:
         )
         ratio = fc / span
     # The other way round, for the spread: calibrated on the validation week, the calibration week.
-    back = calibrate(weeks["validation"], docs["validation"], args.time_scale, args.max_active_shards)
+    back = calibrate(
+        weeks["validation"], docs["validation"], args.time_scale, args.max_active_shards, admitting
+    )
     span = real_spans(weeks["calibration"])[0]
     print(
         f"reverse: calibrated on the validation week (overhead {back.phase_overhead_seconds:.2f} s, in slot "
         f"{back.in_slot_seconds:.2f} s, shard start {back.shard_start_seconds:.1f} s), the calibration week "
         f"forecast / real = {forecast(docs['calibration'], args, back) / span:.3f}"
     )
-    base, loaded = production(args.production_cases, cal.phase_overhead_seconds, cal.in_slot_seconds)
+    base, loaded = production(
+        args.production_cases, cal.phase_overhead_seconds, cal.in_slot_seconds, args.window
+    )
+    shape = "S = 250, W = 6" if args.window else "admission, [avsim] shard_size = 250, W = 6"
     print(
-        f"production ({args.production_cases:,} cases, 280 GPUs, 200 CPUs, S = 250, W = 6): "
+        f"production ({args.production_cases:,} cases, 280 GPUs, 200 CPUs, {shape}): "
         f"{base / 3600:.3f} h without the overhead, {loaded / 3600:.3f} h with "
         f"{cal.phase_overhead_seconds:.2f} s per phase: ratio {loaded / base:.4f}"
     )
