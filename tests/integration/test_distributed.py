@@ -55,7 +55,7 @@ from tests.support.stacks import fast_retries
 
 from avsim.artifacts import RunLayout, run_key_for
 from avsim.ledger.store import Ledger
-from avsim.manifest.sample import sample_manifest
+from avsim.manifest.sample import current_iso_week, sample_manifest
 from avsim.service_role import AVSIM_DAG_IDS, service_permissions
 
 pytestmark = [pytest.mark.integration, pytest.mark.distributed]
@@ -174,7 +174,9 @@ def _week(stack: DistributedStack, run_id: str) -> tuple[dict[str, Any], str, st
     # 48 minutes on the pools' 6 GPUs, while its longest chain is 39 minutes: at its first pass the
     # tracker finds the week late, and more GPUs able to make it (7), so it raises the spot pool. (With
     # the deadline nearer than the longest chain, more GPUs cannot help and nothing is raised.)
-    doc["run"]["deadline"] = (dt.datetime.now(dt.UTC) + dt.timedelta(minutes=42)).isoformat()
+    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=42)
+    doc["run"]["deadline"] = deadline.isoformat()
+    doc["run"]["iso_week"] = current_iso_week(deadline)  # not the sample's next week after Sunday 18:00
     gpu_seconds = sum(
         p["resources"]["gpus"] * p["estimated_duration_seconds"]
         for c in doc["cases"]
@@ -246,9 +248,7 @@ def test_a_week_survives_a_lost_worker_and_is_repaired_in_place(stack: Distribut
     })  # fmt: skip
     assert {t["task_id"] for t in cleared["task_instances"]} == {"shards", "report"}
     assert wait_for_run(stack, "avsim_weekly", run_id, timeout=900) == "success"  # type: ignore[arg-type]
-    print(
-        f"\nweek: failed, repaired and passed {time.monotonic() - killed_at:.0f} s after the kill"
-    )
+    print(f"\nweek: failed, repaired and passed {time.monotonic() - killed_at:.0f} s after the kill")
 
     # The lost worker: its tries failed there and ran again on the other worker; their attempts are
     # recorded lost, every phase committed once.
