@@ -15,6 +15,8 @@ from avsim.contracts import RunDescriptor
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from avsim.contracts import AdmissionPlan
+
 #: States in which a task of the week's end has run (or was ruled out): a repair clears it again.
 WEEK_END_DONE = frozenset({"success", "failed", "upstream_failed", "skipped"})
 
@@ -64,9 +66,13 @@ def next_step(run: ShardRunEnd | None, breaker_open: bool | None) -> ShardStep:
 class ShardRunOperator(TriggerDagRunOperator):
     """Creates one shard DAG run (deterministic run id) and waits for it, deferred in the triggerer.
 
-    Mapped over the week's shards with ``max_active_tis_per_dagrun`` = W, it is the week's
-    window: a shard run is only created when one of the W before it has ended, so queued
-    shard runs and their waiting triggers never pile up, however many shards the week has.
+    Mapped over the week's shards with ``max_active_tis_per_dagrun`` = W: at most W shard runs
+    are active (or waiting to start), so queued shard runs and their waiting triggers never pile
+    up, however many shards the week has. Admitting by cases in flight (the run descriptor's
+    :class:`~avsim.contracts.AdmissionPlan`), a task starts its shard run only when the week's
+    unfinished cases leave room for its cases and no earlier shard is still to start; until
+    then it waits deferred on :class:`avsim.triggers.admission.ShardAdmissionTrigger`
+    (docs/design.md, "Admission by cases in flight").
     Returns the shard's counts; fails with the shard's verdict (:mod:`avsim.verdict`) when the
     shard run failed because cases need attention, and its map index label says how many.
 
@@ -175,14 +181,12 @@ class ShardRunOperator(TriggerDagRunOperator):
             return ShardRunEnd.FAILED
         return ShardRunEnd.NOT_ENDED
 
-    def target(self) -> int:
+    def target(self, plan: AdmissionPlan) -> int:
         """The week's cases in flight now, from the pools' slots now (the prepared target when they
         cannot be read: admission never stops a week for want of a pool reading)."""
         from avsim.plan.admit import week_target
         from avsim.pools import api_pool_slots
 
-        plan = self.descriptor.admission
-        assert plan is not None
         spot = cpus = None
         if self.admission_pools and not plan.configured:
             try:
@@ -200,6 +204,7 @@ class ShardRunOperator(TriggerDagRunOperator):
         from avsim.triggers.admission import ShardAdmissionTrigger
 
         shard = int(self.shard)
+        week_plan = self.descriptor.admission
         week = WeekShape.of_run(
             self.descriptor,
             dag_id=context["ti"].dag_id,
@@ -208,14 +213,19 @@ class ShardRunOperator(TriggerDagRunOperator):
             shards_task_id=context["ti"].task_id,
             case_ends=self.case_ends,
         )
-        if week is None or shard < 1:  # the canary, the window, or a week prepared before admission
+        if week is None or week_plan is None or shard < 1:  # the canary, the window, an older week
             return
-        target = self.target()
-        decision = decide_now(ExecutionApiCounts(), week, shard, target, turn_checks=TURN_CHECKS)
-        if decision.admitted:
-            self.log.info("admitted: %s", decision.reason)
-            return
-        self.log.info("waiting for room: %s", decision.reason)
+        target = self.target(week_plan)
+        try:
+            decision = decide_now(ExecutionApiCounts(), week, shard, target, turn_checks=TURN_CHECKS)
+        except Exception as exc:
+            # A passing API failure: the trigger counts again (five failures in a row fail the task).
+            self.log.warning("counting the week's cases failed (%s): the trigger counts again", exc)
+        else:
+            if decision.admitted:
+                self.log.info("admitted: %s", decision.reason)
+                return
+            self.log.info("waiting for room: %s", decision.reason)
         self.defer(
             trigger=ShardAdmissionTrigger(
                 week=week.to_json(), shard=shard, target=target, poll_interval=self.poke_interval
@@ -228,9 +238,13 @@ class ShardRunOperator(TriggerDagRunOperator):
         """Back from the admission trigger: decide again from the start (the breaker may have opened,
         the pools changed; another try may have started the shard run), and start, wait or defer again."""
         if event.get("status") == "error":
-            self.log.warning("the admission trigger could not count the week: %s", event.get("message"))
-        else:
-            self.log.info("admission: %s (%s)", event.get("status"), event.get("reason"))
+            from avsim.errors import AvsimError
+
+            raise AvsimError(
+                f"shard {self.shard}: the week's cases could not be counted ({event.get('message')}); the "
+                "execution API is unreachable from the triggerer: clear this task when it is back"
+            )
+        self.log.info("admission: %s (%s)", event.get("status"), event.get("reason"))
         return self.execute(context)
 
     def _start(self, context: Context, run_id: str) -> None:

@@ -11,7 +11,7 @@ unfinished cases leave room for its cases under the target, and no earlier shard
   target again from the pools' slots at that moment (the deadline tracker may have raised them) and
   defers again;
 - ``{"status": "error", "message": ...}`` instead of raising, when ``max_failed_polls`` counts in a row
-  failed: the task resumes and its own check decides (it fails, and retries, if it cannot count either).
+  failed: the task resumes and fails, naming the cause (its retries, or a clear, count again).
 
 Never within ``min_wait_seconds`` of its start (:data:`avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS`).
 Its arguments are plain JSON, so it survives a triggerer restart.
