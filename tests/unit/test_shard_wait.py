@@ -288,3 +288,65 @@ def test_the_breaker_stops_only_work_still_to_do() -> None:
     }
     for (run, breaker_open), step in table.items():
         assert next_step(run, breaker_open) is step, (run, breaker_open)
+
+
+# -- admission by cases in flight ---------------------------------------------------------------
+
+
+class _AdmissionTI(_TI):
+    dag_id = "avsim_weekly"
+    task_id = "shards"
+
+
+def _admitting_operator(root: Path) -> ShardRunOperator:
+    """Shard 3 of a week of 3 shard runs of 2 cases, admitted with a configured target of 5."""
+    run = {
+        "run_key": "avsim_weekly__w1",
+        "artifact_root": f"file://{root}",
+        "case_count": 6,
+        "shard_count": 3,
+        "shard_size": 2,
+        "admission": {"configured": 5, "target": 5},
+    }
+    return ShardRunOperator(
+        task_id="shards",
+        trigger_dag_id="avsim_weekly_shard",
+        trigger_run_id=RUN_ID,
+        shard=3,
+        run=run,
+        case_ends=[["standard.report"]],
+    )
+
+
+def test_a_shard_without_room_defers_on_admission_and_a_failed_count_fails_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shard runs 1 and 2 run 4 unfinished cases; shard 3's 2 would make 6 of a target of 5: the task
+    defers on the admission trigger, not on its shard run, which it has not created. The boundary
+    mocked: the execution API the counts go through (the supervisor's RuntimeTaskInstance)."""
+    from avsim import airflow_internals
+    from avsim.errors import AvsimError
+    from avsim.triggers.admission import ShardAdmissionTrigger
+
+    class ExecutionApi:
+        @staticmethod
+        def get_task_states(*, dag_id: str, run_ids: list[str], task_ids: list[str], **_: Any) -> dict:
+            if dag_id == "avsim_weekly":
+                return {"w1": {"shards_0": "deferred", "shards_1": "deferred", "shards_2": "running"}}
+            return {r: {"load_shard": "success"} for r in run_ids if r.endswith(("0001", "0002"))}
+
+        @staticmethod
+        def get_ti_count(**_: Any) -> int:
+            return 0  # no case has ended
+
+    monkeypatch.setattr(airflow_internals, "runtime_task_instance", lambda: ExecutionApi)
+    op = _admitting_operator(tmp_path)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute({"ti": _AdmissionTI(None), "dag_run": _Run()})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, ShardAdmissionTrigger) and deferred.value.method_name == "execute_admitted"
+    assert (trigger.shard, trigger.target) == (3, 5)
+    with pytest.raises(AvsimError, match="could not be counted"):
+        op.execute_admitted(
+            {"ti": _AdmissionTI(None), "dag_run": _Run()}, {"status": "error", "message": "unreachable"}
+        )

@@ -205,6 +205,8 @@ class ShardRunOperator(TriggerDagRunOperator):
 
         shard = int(self.shard)
         week_plan = self.descriptor.admission
+        if week_plan is None or shard < 1:  # the window, a week prepared before admission, the canary
+            return
         week = WeekShape.of_run(
             self.descriptor,
             dag_id=context["ti"].dag_id,
@@ -213,7 +215,7 @@ class ShardRunOperator(TriggerDagRunOperator):
             shards_task_id=context["ti"].task_id,
             case_ends=self.case_ends,
         )
-        if week is None or week_plan is None or shard < 1:  # the canary, the window, an older week
+        if week is None:
             return
         target = self.target(week_plan)
         try:
