@@ -91,6 +91,8 @@ TEST_SETTINGS: dict[str, tuple[str, str]] = {
 TEST_OPTIONAL = {
     "AIRFLOW__AVSIM__DEADLINE_MAX_GPU_SLOTS": "lets the deadline tracker raise the GPU spot pool, "
     "which compose leaves off (0) until the GPU workers or nodes can grow",
+    "AIRFLOW__AVSIM__CASES_IN_FLIGHT": "fixes admission's target, so a week keeps the shard runs of "
+    "[avsim] shard_size that a test's checks count instead of shard runs sized from its small pools",
 }
 
 

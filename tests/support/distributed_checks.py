@@ -241,7 +241,12 @@ def week_stack(base: Path, capacity: tuple[int, int, int], max_gpu_slots: int) -
     unpaused by an admin (compose creates DAGs paused, as in production)."""
     from avsim.devstack.demo import wait_for_dag
 
-    options = {"AIRFLOW__AVSIM__DEADLINE_MAX_GPU_SLOTS": str(max_gpu_slots)}
+    options = {
+        "AIRFLOW__AVSIM__DEADLINE_MAX_GPU_SLOTS": str(max_gpu_slots),
+        # compose's shard_size of 250 stays the week's (one shard run of the test's cases): admission
+        # with a target of 3 x 250 cuts shard runs of 250, as the checks expect.
+        "AIRFLOW__AVSIM__CASES_IN_FLIGHT": "750",
+    }
     with distributed_stack(base, capacity=capacity, options=options) as stack, client_environment(stack):
         for dag_id in ("avsim_weekly", SHARD_DAG):
             wait_for_dag(stack, dag_id)  # type: ignore[arg-type]
