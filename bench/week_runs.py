@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import math
 import statistics
 import threading
 import time
@@ -46,6 +47,7 @@ class Week:
     first4_seconds: float
     loops: list[float]
     unfinished: list[int] = field(default_factory=list)  # sampled unfinished shard-run TIs
+    twins: list[int] = field(default_factory=list)  # of them, the on-demand twins (same samples)
     sizes: dict[str, Any] = field(default_factory=dict)
     longest: list[tuple[float, float, str]] = field(default_factory=list)  # (s after trigger, ms, parts)
 
@@ -72,6 +74,11 @@ class Week:
     @property
     def peak_unfinished(self) -> int:
         return max(self.unfinished, default=0)
+
+    @property
+    def twin_share(self) -> float:
+        """The twins' share of the unfinished task instances the loop carried, time-averaged over the samples."""
+        return sum(self.twins) / sum(self.unfinished) if sum(self.unfinished) else math.nan
 
 
 def _epoch(value: Any) -> float:
@@ -130,6 +137,8 @@ class UnfinishedSampler:
         self.engine = sqlalchemy.create_engine(conn)
         self.run_id = run_id
         self.counts: list[int] = []
+        #: Of each sample, the on-demand twins (``<phase>_on_demand``: docs/design.md, "Spot, then on-demand").
+        self.twins: list[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -138,7 +147,8 @@ class UnfinishedSampler:
         from sqlalchemy import bindparam, text
 
         sql = text(
-            "SELECT count(*) FROM task_instance ti JOIN dag_run dr "
+            "SELECT count(*), count(*) FILTER (WHERE ti.task_id LIKE '%\\_on\\_demand') "
+            "FROM task_instance ti JOIN dag_run dr "
             "ON dr.dag_id = ti.dag_id AND dr.run_id = ti.run_id "
             "WHERE ti.dag_id = :d AND ti.run_id LIKE :p AND dr.state = 'running' "
             "AND (ti.state IS NULL OR ti.state IN :states)"
@@ -146,7 +156,9 @@ class UnfinishedSampler:
         params = {"d": SHARD, "p": f"{self.run_id}__%", "states": list(UNFINISHED)}
         while not self._stop.wait(SAMPLE_SECONDS):
             with contextlib.suppress(Exception), self.engine.connect() as c:  # a missed sample is no harm
-                self.counts.append(int(c.execute(sql, params).scalar() or 0))
+                total, twins = c.execute(sql, params).one()
+                self.counts.append(int(total or 0))
+                self.twins.append(int(twins or 0))
 
     def close(self) -> list[int]:
         self._stop.set()
@@ -174,9 +186,11 @@ def run_week(
         state = f"still running after {args.timeout:.0f} s"
     finally:
         unfinished = sampler.close()
+        twins = sampler.twins
     t1 = time.time()
     week = measure(stack, config, cases, run_id, state, t1 - t0, sink.loops(t0, t1))
     week.unfinished = unfinished
+    week.twins = twins
     week.sizes.update(page_times(stack, api, run_id))
     week.longest = longest_loops(sink, t0, t1)
     return week
@@ -287,7 +301,8 @@ def report(w: Week) -> None:
         f"first 4 shards: {w.first4_phases} in {w.first4_seconds:.0f} s = {w.first4_rate:.2f}/s; "
         f"scheduler loop max {w.max_loop:.0f} ms, p95 {w.p95_loop:.0f} ms, median {w.median_loop:.0f} ms "
         f"({len(w.loops)} loops); unfinished shard-run task instances at most {w.peak_unfinished} "
-        f"({len(w.unfinished)} samples every {SAMPLE_SECONDS:.0f} s)",
+        f"({len(w.unfinished)} samples every {SAMPLE_SECONDS:.0f} s; on-demand twins {w.twin_share * 100:.1f} % "
+        "of them, time-averaged)",
         flush=True,
     )
     for t, ms, parts in w.longest:
