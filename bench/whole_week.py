@@ -152,9 +152,18 @@ def main() -> None:
     started = time.monotonic()
 
     shipped = run_config(Config(), [args.small, args.cases], args)
-    tuned = [w for window in sweep for w in run_config(Config(window), [args.cases], args)]
     small = shipped[0]
     large = shipped[1] if len(shipped) > 1 else None
+    tuned: list[Week] = []
+    for window in sweep:
+        tuned += run_config(Config(window), [args.cases], args)
+        if large and len(sweep) > 1:  # a sweep cut short still says how far it got
+            best = max(tuned, key=lambda w: w.rate if not math.isnan(w.rate) else -1.0)
+            print(
+                f"  so far ({len(tuned)} of {len(sweep)} windows): shipped / best tuned "
+                f"({best.config}) = {ratio(large.rate, best.rate):.3f}",
+                flush=True,
+            )
 
     print(
         f"\n{'week':>6} {'config':<22} {'state':<10} {'phases/s':>8} {'loop max':>9} {'median':>7} {'TIs at most':>11}"
