@@ -75,6 +75,13 @@ def canary_run_id(parent_run_id: str) -> str:
     return f"{parent_run_id}{CANARY_RUN_SUFFIX}"
 
 
+def week_run_ids(parent_run_id: str, shard_count: int, *, canary: bool) -> list[str]:
+    """Every shard run of a week, in the order they start: the canary's (when it has one), then
+    shards 1..``shard_count``."""
+    first = [canary_run_id(parent_run_id)] if canary else []
+    return first + [shard_run_id(parent_run_id, k) for k in range(1, shard_count + 1)]
+
+
 def is_canary_run(run_id: str | None) -> bool:
     return bool(run_id) and str(run_id).endswith(CANARY_RUN_SUFFIX)
 

@@ -14,6 +14,7 @@ from avsim.artifacts import (
     run_key_for,
     shard_dag_id,
     shard_run_id,
+    week_run_ids,
 )
 
 
@@ -30,6 +31,17 @@ def test_shard_and_canary_runs_lead_back_to_their_run() -> None:
     assert parent_run(shard_dag, "manual__by_hand") == (shard_dag, "manual__by_hand")
     assert is_canary_run(canary_run_id(parent)) and not is_canary_run(shard_run_id(parent, 1))
     assert not is_canary_run(None) and not is_canary_run("")
+
+
+def test_a_weeks_shard_runs_are_named_in_the_order_they_start() -> None:
+    parent = "scheduled__2026-11-30T06:00:00+00:00"
+    assert week_run_ids(parent, 2, canary=True) == [
+        canary_run_id(parent),
+        shard_run_id(parent, 1),
+        shard_run_id(parent, 2),
+    ]
+    assert week_run_ids(parent, 2, canary=False) == [shard_run_id(parent, 1), shard_run_id(parent, 2)]
+    assert week_run_ids(parent, 0, canary=False) == []
 
 
 def test_a_run_key_is_one_safe_object_key_segment() -> None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from avsim.artifacts import RunLayout, canary_run_id, shard_run_id
+from avsim.artifacts import RunLayout, week_run_ids
 from avsim.deadline.estimate import (
     ACTIVE_STATES,
     FINISHED_STATES,
@@ -109,8 +109,7 @@ class TrackedRun:
     @property
     def shard_run_ids(self) -> list[str]:
         """The week's shard runs: the canary's (when it has one), then shards 1..n."""
-        canary = [canary_run_id(self.run_id)] if self.canary else []
-        return canary + [shard_run_id(self.run_id, k) for k in range(1, self.shard_count + 1)]
+        return week_run_ids(self.run_id, self.shard_count, canary=self.canary)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from avsim.artifacts import canary_run_id, shard_run_id
+from avsim.artifacts import canary_run_id, shard_run_id, week_run_ids
 from avsim.contracts import RunDescriptor
 from avsim.plan.admit import Admission, AdmissionVerdict, InFlight, admit, shard_case_count
 
@@ -172,8 +172,7 @@ class WeekShape:
 
     @property
     def run_ids(self) -> list[str]:
-        canary = [canary_run_id(self.run_id)] if self.canary_cases else []
-        return canary + [self.run_id_of(k) for k in range(1, self.shard_count + 1)]
+        return week_run_ids(self.run_id, self.shard_count, canary=bool(self.canary_cases))
 
 
 def case_end_tasks(families: Sequence[Any]) -> tuple[tuple[str, ...], ...]:
