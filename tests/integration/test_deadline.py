@@ -32,7 +32,7 @@ from tests.support.stacks import fast_retry_catalog
 from avsim.artifacts import RunLayout, run_key_for
 from avsim.devstack.demo import wait_for_dag
 from avsim.devstack.stack import LocalStack, free_port
-from avsim.manifest.sample import current_iso_week, sample_manifest
+from avsim.manifest.sample import sample_manifest
 
 pytestmark = pytest.mark.integration
 
@@ -116,12 +116,9 @@ def _trigger(stack: LocalStack, run_id: str, conf: dict[str, Any]) -> None:
 
 def test_a_late_week_is_tracked_scaled_and_alerted(stack: LocalStack) -> None:
     now = dt.datetime.now(dt.UTC)
-    doc = sample_manifest(8, time_scale=0.00002, scenario_fail_rate=0.0, crash_rate=0.0)
-    deadline = now + dt.timedelta(hours=1)
-    doc["run"]["deadline"] = deadline.isoformat()
-    # The deadline's week: after Sunday 18:00 UTC the sample's default week is the next one, which an
-    # hour from now would end before it starts (and the manifest be rejected).
-    doc["run"]["iso_week"] = current_iso_week(deadline)
+    doc = sample_manifest(
+        8, time_scale=0.00002, scenario_fail_rate=0.0, crash_rate=0.0, deadline=now + dt.timedelta(hours=1)
+    )
     doc["run"]["canary"] = {"enabled": True, "share": 0.25, "min_cases": 2}
     manifest = stack.home / "week.json"
     manifest.write_text(json.dumps(doc))

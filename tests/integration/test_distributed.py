@@ -55,7 +55,7 @@ from tests.support.stacks import fast_retries
 
 from avsim.artifacts import RunLayout, run_key_for
 from avsim.ledger.store import Ledger
-from avsim.manifest.sample import current_iso_week, sample_manifest
+from avsim.manifest.sample import sample_manifest
 from avsim.service_role import AVSIM_DAG_IDS, service_permissions
 
 pytestmark = [pytest.mark.integration, pytest.mark.distributed]
@@ -163,20 +163,23 @@ with get_application_builder() as ab:
 # -- the week ----------------------------------------------------------------------------------------
 def _week(stack: DistributedStack, run_id: str) -> tuple[dict[str, Any], str, str]:
     """The manifest (in the bucket), its URI, and the URI of the marker that ends the crashes."""
+    # The deadline is 42 minutes away. The planned work (the catalog's estimates) of these 10 cases is
+    # 17,400 GPU-seconds, 48 minutes on the pools' 6 GPUs, while its longest chain is 39 minutes: at its
+    # first pass the tracker finds the week late, and more GPUs able to make it (7), so it raises the
+    # spot pool. (With the deadline nearer than the longest chain, more GPUs cannot help and nothing is
+    # raised.)
     doc = sample_manifest(
-        CASES, time_scale=0.004, scenario_fail_rate=0.0, crash_rate=0.0, canary={"enabled": False}
+        CASES,
+        time_scale=0.004,
+        scenario_fail_rate=0.0,
+        crash_rate=0.0,
+        canary={"enabled": False},
+        deadline=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=42),
     )
     fast_retries(doc)
     marker = f"s3://{stack.bucket}/markers/{run_id}.fixed"
     crashing = next(c for c in doc["cases"] if c["graph"] == "standard")
     crashing["parameters"]["fakesim"] = {"evaluate": f"crash_until:{marker}"}
-    # 42 minutes away. The planned work (the catalog's estimates) of these 10 cases is 17,400 GPU-seconds,
-    # 48 minutes on the pools' 6 GPUs, while its longest chain is 39 minutes: at its first pass the
-    # tracker finds the week late, and more GPUs able to make it (7), so it raises the spot pool. (With
-    # the deadline nearer than the longest chain, more GPUs cannot help and nothing is raised.)
-    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=42)
-    doc["run"]["deadline"] = deadline.isoformat()
-    doc["run"]["iso_week"] = current_iso_week(deadline)  # not the sample's next week after Sunday 18:00
     gpu_seconds = sum(
         p["resources"]["gpus"] * p["estimated_duration_seconds"]
         for c in doc["cases"]

@@ -43,7 +43,6 @@ from tests.support.distributed_checks import (
 from tests.support.verdicts import check_states_match_the_ledger
 
 from avsim.artifacts import RunLayout, run_key_for
-from avsim.manifest.sample import current_iso_week
 
 # The week alone takes 11 to 15 minutes on 2 cores, over the suite's 900 s per test.
 pytestmark = [pytest.mark.integration, pytest.mark.distributed, pytest.mark.long, pytest.mark.timeout(2700)]
@@ -65,10 +64,15 @@ def test_a_chaotic_week_on_the_production_topology_loses_a_worker_and_keeps_ever
 ) -> None:
     # A 30-minute simulate runs 3.6 s (long enough to be running when the worker dies); a hang is found
     # when its 8 s lease expires.
-    doc = chaos_manifest(CASES, RATES, seed=4242, time_scale=0.002, heartbeat_seconds=1, lease_seconds=8)
-    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
-    doc["run"]["deadline"] = deadline.isoformat()
-    doc["run"]["iso_week"] = current_iso_week(deadline)  # not the sample's next week after Sunday 18:00
+    doc = chaos_manifest(
+        CASES,
+        RATES,
+        seed=4242,
+        time_scale=0.002,
+        heartbeat_seconds=1,
+        lease_seconds=8,
+        deadline=dt.datetime.now(dt.UTC) + dt.timedelta(hours=2),
+    )
     run_id = "it__distributed_week"
     manifest = stack.upload(f"manifests/{run_id}.json", doc)
     layout = RunLayout(stack.artifact_root, run_key_for("avsim_weekly", run_id))

@@ -106,6 +106,7 @@ def chaos_manifest(
     heartbeat_seconds: float = 1.0,
     lease_seconds: float = 10.0,
     forced: Sequence[tuple[str, str, str]] = FORCED_FAULTS,
+    deadline: dt.datetime | None = None,
 ) -> dict[str, Any]:
     """The sample week of ``cases`` cases with the fake simulator's fault rates set, small heartbeat
     and lease values (a hang is found within ``lease_seconds``), one-second retry delays, and
@@ -119,6 +120,7 @@ def chaos_manifest(
         time_scale=time_scale,
         scenario_fail_rate=rates.scenario_fail,
         canary={"share": 0.05, "min_cases": 3, "max_failure_rate": 1.0},
+        deadline=deadline,
     )
     for graph in doc["graphs"].values():
         for phase in graph["phases"].values():

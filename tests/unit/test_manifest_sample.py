@@ -101,6 +101,24 @@ def test_default_week_is_the_open_iso_week() -> None:
     assert open_iso_week(dt.datetime(2026, 12, 7, 9, tzinfo=dt.UTC)) == "2026-W50"
 
 
+def test_a_deadline_brings_its_own_week() -> None:
+    """A week due an hour from now on a Sunday evening is this calendar week, not the open one
+    (three integration tests once set the week by hand and broke every Sunday after 18:00)."""
+    sunday_evening = dt.datetime(2026, 12, 6, 19, 30, 15, 123456, tzinfo=dt.UTC)  # 2026-W49
+    doc = sample_manifest(2, deadline=sunday_evening)
+    assert doc["run"]["iso_week"] == "2026-W49"
+    assert doc["run"]["deadline"] == "2026-12-06T19:30:15Z"
+    assert validate_manifest(doc).run.iso_week == "2026-W49"
+    # another zone: the deadline is written in UTC and its UTC week counts
+    in_tokyo = dt.datetime(2026, 12, 7, 4, 30, tzinfo=dt.timezone(dt.timedelta(hours=9)))
+    doc = sample_manifest(1, deadline=in_tokyo)
+    assert (doc["run"]["iso_week"], doc["run"]["deadline"]) == ("2026-W49", "2026-12-06T19:30:00Z")
+    # a week given outright still wins
+    assert sample_manifest(1, iso_week="2026-W50", deadline=sunday_evening)["run"]["iso_week"] == "2026-W50"
+    with pytest.raises(ValueError, match="no time zone"):
+        sample_manifest(1, deadline=dt.datetime(2026, 12, 6, 19, 30))
+
+
 @pytest.mark.parametrize(
     "kw", [{"cases": 0}, {"cases": 1, "iso_week": "2026-49"}, {"cases": 1, "crash_rate": 2}]
 )

@@ -143,6 +143,7 @@ def sample_manifest(
     seed: int = 7,
     time_scale: float = 0.001,
     iso_week: str | None = None,
+    deadline: dt.datetime | None = None,
     scenario_fail_rate: float = 0.03,
     crash_rate: float = 0.0,
     canary: dict[str, Any] | None = None,
@@ -151,6 +152,8 @@ def sample_manifest(
 ) -> dict[str, Any]:
     """A weekly manifest of ``cases`` cases, valid under :func:`~avsim.manifest.validation.validate_manifest`.
 
+    The week is ``iso_week``, else ``deadline``'s week, else :func:`open_iso_week`; the deadline is
+    ``deadline``, else the week's Sunday 18:00 UTC.
     ``canary`` and ``breaker`` set ``run.canary`` / ``run.breaker`` (the manifest's defaults otherwise).
     ``compress_retry_delays=True`` compresses the retry delays with the phases (the demo's week);
     by default they are the manifest's defaults, as a real week's are (``avsim manifest sample`` writes
@@ -164,7 +167,9 @@ def sample_manifest(
         if not 0 <= rate <= 1:
             raise ValueError(f"{label} must be between 0 and 1, got {rate}")
     retry_scale = time_scale if compress_retry_delays else 1.0
-    week = iso_week or open_iso_week()
+    if deadline is not None and deadline.tzinfo is None:
+        raise ValueError(f"deadline {deadline.isoformat()} has no time zone; give it one (UTC)")
+    week = iso_week or (current_iso_week(deadline.astimezone(dt.UTC)) if deadline else open_iso_week())
     try:
         year, weekno = int(week[:4]), int(week[6:])
         if week[4:6] != "-W" or len(week) != 8:
@@ -172,7 +177,8 @@ def sample_manifest(
         sunday = dt.date.fromisocalendar(year, weekno, 7)
     except ValueError:
         raise ValueError(f"iso_week {week!r} is not an ISO week; write it like '2026-W49'") from None
-    deadline = dt.datetime.combine(sunday, dt.time(18, 0), tzinfo=dt.UTC)
+    if deadline is None:
+        deadline = dt.datetime.combine(sunday, dt.time(18, 0), tzinfo=dt.UTC)
     digest = hashlib.sha256(f"avsim-simulator-build:{seed}".encode()).hexdigest()
 
     graphs = {
@@ -228,7 +234,7 @@ def sample_manifest(
         "name": "weekly_regression",
         "iso_week": week,
         "run_class": "weekly",
-        "deadline": deadline.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "deadline": deadline.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "build": {
             "build_id": f"sim-{year}.{weekno:02d}.1",
             "image": f"registry.example.com/avsim/simulator@sha256:{digest}",
