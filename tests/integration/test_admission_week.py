@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.airflow_run import query, trigger, wait_for_run
+from tests.support.airflow_run import query, run_descriptor, trigger, wait_for_run
 from tests.support.stacks import weekly_stack
 
 from avsim.devstack.stack import LocalStack
@@ -44,16 +44,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
         yield s
 
 
-def _descriptor(stack: LocalStack, run_id: str) -> dict[str, Any]:
-    [(value,)] = query(
-        stack,
-        "SELECT value FROM xcom WHERE dag_id = 'avsim_weekly' AND run_id = :r AND task_id = 'prepare' "
-        "AND key = 'run'",
-        r=run_id,
-    )
-    return value if isinstance(value, dict) else json.loads(value)
-
-
 def test_a_week_keeps_its_cases_in_flight_under_the_target_the_pools_give(stack: LocalStack) -> None:
     doc = sample_manifest(
         CASES, time_scale=0.00002, scenario_fail_rate=0.0, crash_rate=0.0, canary={"enabled": False}
@@ -65,7 +55,7 @@ def test_a_week_keeps_its_cases_in_flight_under_the_target_the_pools_give(stack:
     assert wait_for_run(stack, "avsim_weekly", run_id, timeout=900) == "success"
 
     # prepare read the pools through the REST API and derived the target from them.
-    run = _descriptor(stack, run_id)
+    run = run_descriptor(stack, run_id)
     admission = run["admission"]
     assert (admission["spot_gpus"], admission["cpus"], admission["configured"]) == (GPUS, CPUS, 0)
     load = workload_from_manifest(Manifest.model_validate(doc)).case_load()

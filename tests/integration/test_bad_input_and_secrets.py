@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.airflow_run import query, trigger, wait_for_run
+from tests.support.airflow_run import query, run_descriptor, trigger, wait_for_run
 from tests.support.postgres import _bin, postgres_cluster
 from tests.support.stacks import fast_retry_catalog
 
@@ -287,18 +287,8 @@ def test_a_good_week_still_succeeds_while_the_broken_file_is_there(stack: LocalS
     assert [Path(f).name for (f,) in query(stack, "SELECT filename FROM import_error")] == ["avsim_broken.py"]
 
 
-def _good_run_descriptor(stack: LocalStack) -> dict[str, Any]:
-    [(value,)] = query(
-        stack,
-        "SELECT value FROM xcom WHERE dag_id = 'avsim_weekly' AND run_id = :r AND task_id = 'prepare' "
-        "AND key = 'run'",
-        r=GOOD_RUN,
-    )
-    return value if isinstance(value, dict) else json.loads(value)
-
-
 def test_a_shard_run_started_by_hand_with_a_bad_conf_fails_at_once(stack: LocalStack) -> None:
-    run = _good_run_descriptor(stack)
+    run = run_descriptor(stack, GOOD_RUN)
     confs = {
         "it__shard_by_hand_empty": ({}, "conf.run: missing or incomplete"),
         "it__shard_by_hand_99": (

@@ -43,6 +43,17 @@ def query(stack: LocalStack, sql: str, **params: Any) -> list[Any]:
         return list(c.execute(text(sql), params).all())
 
 
+def run_descriptor(stack: LocalStack, run_id: str, dag_id: str = "avsim_weekly") -> dict[str, Any]:
+    """The run descriptor ``prepare`` pushed for run ``run_id`` (its XCom ``run``), as JSON."""
+    [(value,)] = query(
+        stack,
+        "SELECT value FROM xcom WHERE dag_id = :d AND run_id = :r AND task_id = 'prepare' AND key = 'run'",
+        d=dag_id,
+        r=run_id,
+    )
+    return value if isinstance(value, dict) else json.loads(value)
+
+
 def token(stack: LocalStack, login: tuple[str, str] | None = None) -> str:
     """A JWT from the API server: for ``login`` (user, password), else the all-admins mode's."""
     import urllib.request
