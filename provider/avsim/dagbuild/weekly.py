@@ -30,7 +30,6 @@ from avsim.operators.shard import ShardRunOperator
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import CANARY_SHARD
 from avsim.plan.week_counts import case_end_tasks
-from avsim.pools import api_pool_slots
 from avsim.sensors.canary_gate import CanaryGateSensor
 from avsim.settings import AvsimSettings
 
@@ -96,6 +95,8 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         @task(task_id=PREPARE_TASK_ID, retries=1, priority_weight=plan.base_priority * 2)
         def prepare() -> list[dict[str, Any]]:
             """Returns the shard runs to start; pushes the run descriptor ("run") and shard inputs."""
+            from avsim.pools import api_pool_slots  # the REST client: prepare's, not the parser's
+
             ctx = get_current_context()
             dag_run = ctx["dag_run"]
             try:
