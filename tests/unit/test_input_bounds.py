@@ -191,6 +191,18 @@ def test_an_inline_manifest_in_the_conf_prepares_a_week(plan: Any, tmp_path: Pat
     )
     assert prepared["run"]["case_count"] == 2
     assert prepared["run"]["manifest_source"] == INLINE_SOURCE  # not the whole text in XCom
+    # decided once, where the parameter is read: its readers ask for its name, format and bytes
+    assert (source.text, source.name, source.fmt) == (text, INLINE_SOURCE, None)
+    assert source.read(1) == text.encode()  # the text's size was checked by manifest_source
+    path = tmp_path / "week.json"
+    path.write_text(text)
+    located = manifest_source({"manifest": str(path)}, settings, None)
+    assert (located.text, located.name, located.fmt, located.read(10**6)) == (
+        None,
+        str(path),
+        "json",
+        text.encode(),
+    )
 
 
 def test_an_inline_depth_bomb_is_refused_by_prepare_with_its_location(plan: Any, tmp_path: Path) -> None:

@@ -97,9 +97,8 @@ def test_no_manifest_for_the_scheduled_run_names_the_setting() -> None:
     import datetime as dt
 
     when = dt.datetime(2026, 12, 2, tzinfo=dt.UTC)
-    assert manifest_source({}, AvsimSettings(default_manifest="s3://b/{iso_week}.yaml"), when) == (
-        "s3://b/2026-W49.yaml"
-    )
+    scheduled = manifest_source({}, AvsimSettings(default_manifest="s3://b/{iso_week}.yaml"), when)
+    assert (scheduled.location, scheduled.name, scheduled.fmt) == ("s3://b/2026-W49.yaml",) * 2 + ("yaml",)
 
 
 def test_a_week_without_canary_stage_succeeds_its_canary_task() -> None:

@@ -15,7 +15,7 @@ from avsim.artifacts import RunLayout, canary_run_id, run_key_for, shard_run_id,
 from avsim.contracts import RunDescriptor, ShardConf
 from avsim.contracts.week import CanaryPlan
 from avsim.errors import AvsimError, ManifestError, Problem
-from avsim.manifest.source import check_location
+from avsim.manifest.source import ManifestSource, check_location
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import ShardPlan, assign_families, cut_shards
 from avsim.settings import AvsimSettings
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 def prepare_week(
     *,
-    source: str,
+    source: str | ManifestSource,
     plan: WeeklyPlan,
     settings: AvsimSettings,
     dag_id: str,
@@ -47,21 +47,18 @@ def prepare_week(
     ``pool_slots`` reads the GPU spot and CPU pools' slots (None each when unknown): admitting by
     cases in flight, the week's target and shard size come from them (:func:`week_admission`).
     """
-    from avsim.manifest.bounded import load_manifest_bounded, parse_bounded
+    from avsim.manifest.bounded import parse_bounded
     from avsim.manifest.policy import check_prepare, policy_from_settings
     from avsim.manifest.snapshot import write_snapshot
-    from avsim.manifest.source import INLINE_SOURCE, is_inline
     from avsim.plan.canary import select_canary
     from avsim.plan.shards import CANARY_SHARD, planned_work
 
     # Parsed and validated in a child process with a memory and CPU ceiling (manifest/bounded.py):
     # a manifest built to exhaust the validator is refused there, and this worker keeps serving.
     policy = policy_from_settings(settings)
-    if is_inline(source):  # the manifest's text in the trigger's conf
-        loaded = parse_bounded(source.encode("utf-8", errors="surrogatepass"), INLINE_SOURCE, None, policy)
-        source = INLINE_SOURCE
-    else:
-        loaded = load_manifest_bounded(source, policy)
+    given = ManifestSource.of(source)  # a location, or the text pasted into the trigger's conf
+    source = given.name
+    loaded = parse_bounded(given.read(policy.max_bytes), source, given.fmt, policy)
     manifest = loaded.manifest
     check_prepare(manifest, settings, source)  # the run's URI rules, limits and deadline (manifest/policy.py)
     families = assign_families(manifest, plan)

@@ -35,11 +35,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.definitions.deadline import BaseDeadlineReference
 
 from avsim import airflow_internals
+
+if TYPE_CHECKING:
+    from avsim.manifest.source import ManifestSource
 
 log = logging.getLogger(__name__)
 
@@ -138,18 +141,16 @@ def _yaml_run_deadline(text: str) -> object:
     return None
 
 
-def manifest_deadline(source: str, max_bytes: int) -> dt.datetime | None:
-    """``run.deadline`` of the manifest at ``source`` (a path or ObjectStoragePath URI), or None."""
-    from avsim.manifest.loader import read_manifest_bytes
-    from avsim.manifest.source import INLINE_SOURCE, is_inline
+def manifest_deadline(source: str | ManifestSource, max_bytes: int) -> dt.datetime | None:
+    """``run.deadline`` of the manifest ``source`` (its text, or a path or ObjectStoragePath URI), or None."""
+    from avsim.manifest.source import ManifestSource as Source
 
-    inline = is_inline(source)  # the manifest's text in the trigger's conf (its size checked already)
+    given = Source.of(source)
     try:
-        return manifest_run_deadline(source if inline else read_manifest_bytes(source, max_bytes))
+        return manifest_run_deadline(given.read(max_bytes))
     except Exception as exc:  # any failure to read: the run still gets a deadline
-        name = INLINE_SOURCE if inline else source
         log.warning(
-            "could not read the deadline of manifest %s (%s); using the fallback", name, str(exc)[:200]
+            "could not read the deadline of manifest %s (%s); using the fallback", given.name, str(exc)[:200]
         )
         return None
 

@@ -8,17 +8,22 @@ one that no filesystem serves (also the run descriptor's artifact root, in a sha
 The ``manifest`` parameter may also hold the manifest itself (:func:`is_inline`: JSON or YAML text,
 pasted into the trigger form): then it is the text that ``prepare`` validates, with the bounds of a
 file (``[avsim] max_manifest_bytes``, :mod:`avsim.manifest.bounded`), under the name
-:data:`INLINE_SOURCE`.
+:data:`INLINE_SOURCE`. :class:`ManifestSource` holds either, decided once here: its readers ask it
+for its name, its format and its bytes, never whether it is inline.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from avsim.errors import ManifestError, Problem
 from avsim.settings import AvsimSettings
+
+if TYPE_CHECKING:
+    from avsim.manifest.loader import Format
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 #: How an inline manifest is named in problems and in the run descriptor.
@@ -31,7 +36,43 @@ def is_inline(value: str) -> bool:
     return value.lstrip().startswith("{") or "\n" in value.strip()
 
 
-def manifest_source(params: dict[str, Any], settings: AvsimSettings, when: dt.datetime | None) -> str:
+@dataclass(frozen=True)
+class ManifestSource:
+    """A run's manifest: at ``location`` (a path or ObjectStoragePath URI), or its ``text`` itself."""
+
+    location: str = ""
+    text: str | None = None
+
+    @classmethod
+    def of(cls, value: str | ManifestSource) -> ManifestSource:
+        """``value``, or the location it names."""
+        return value if isinstance(value, ManifestSource) else cls(location=value)
+
+    @property
+    def name(self) -> str:
+        """How problems and the run descriptor name it: the location, never the text."""
+        return INLINE_SOURCE if self.text is not None else self.location
+
+    @property
+    def fmt(self) -> Format | None:
+        """``"json"`` or ``"yaml"`` when the location's name says so, else None (sniffed from the text)."""
+        from avsim.manifest.loader import _format_from_name
+
+        return None if self.text is not None else _format_from_name(self.location)
+
+    def read(self, max_bytes: int) -> bytes:
+        """The manifest's bytes, at most ``max_bytes`` from a location (the text's size is checked by
+        :func:`manifest_source`)."""
+        if self.text is not None:
+            return self.text.encode("utf-8", errors="surrogatepass")
+        from avsim.manifest.loader import read_manifest_bytes
+
+        return read_manifest_bytes(self.location, max_bytes)
+
+
+def manifest_source(
+    params: dict[str, Any], settings: AvsimSettings, when: dt.datetime | None
+) -> ManifestSource:
     """The manifest a run uses: the trigger's ``manifest`` parameter, else ``[avsim] default_manifest``."""
     given = params.get("manifest")
     if given is not None and not isinstance(given, str):
@@ -53,7 +94,7 @@ def manifest_source(params: dict[str, Any], settings: AvsimSettings, when: dt.da
                 ],
                 source=INLINE_SOURCE,
             )
-        return given
+        return ManifestSource(text=given)
     source = str(given or settings.default_manifest or "").strip()
     if not source:
         raise ManifestError(
@@ -71,7 +112,7 @@ def manifest_source(params: dict[str, Any], settings: AvsimSettings, when: dt.da
         year, week, _ = when.isocalendar()
         source = source.replace("{iso_week}", f"{year}-W{week:02d}")
     check_location(source, "params.manifest")
-    return source
+    return ManifestSource(location=source)
 
 
 def check_location(uri: str, where: str) -> None:
