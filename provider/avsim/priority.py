@@ -74,6 +74,7 @@ __all__ = [
     "path_weight",
     "phase_priority",
     "run_base",
+    "shard_start_weight",
     "strategy_for",
     "week_base",
 ]
@@ -219,6 +220,19 @@ class AdhocCriticalPathPriority(_CriticalPathPriority):
 
 #: What the plugin registers (``AirflowPlugin.priority_weight_strategies``).
 STRATEGIES: tuple[type[PriorityWeightStrategy], ...] = (WeeklyCriticalPathPriority, AdhocCriticalPathPriority)
+
+
+def shard_start_weight(run_class: RunClass | str) -> int:
+    """The weight of a parent run's ``shards`` task instances: the run class's base, below every phase
+    of its week (each weighs the base plus a path of at least 1) and above every phase ranked lower
+    (an earlier week's, ad-hoc work's).
+
+    A ``shards`` task held back by ``max_active_shards`` stays *scheduled*. Airflow 3.3's scheduler
+    takes the heaviest scheduled task instances (at most its free executor slots, 16 here), learns
+    only from that list that a task is at its per-run limit, and stops once a pass found anything to
+    queue: weighing more than the phases, k waiting ``shards`` left a loop 16 - k phases to queue, one
+    at k = 15, the tail of every week (docs/design.md, "Admission by cases in flight")."""
+    return _BASES[RunClass(run_class)]
 
 
 def strategy_for(run_class: RunClass | str) -> PriorityWeightStrategy:

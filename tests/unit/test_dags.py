@@ -46,6 +46,36 @@ def test_parent_shape(dagbag) -> None:
     assert {"canary", "shards"} <= dag.task_dict["report"].upstream_task_ids
 
 
+def _new_ti_weight(dag, task_id: str, run_id: str, map_index: int = 0) -> int:
+    """The weight Airflow gives a new task instance of ``task_id`` (the DAG serialized as the
+    dag-processor stores it)."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    task = DagSerialization.from_dict(DagSerialization.to_dict(dag)).get_task(task_id)
+    return TaskInstance(task=task, run_id=run_id, map_index=map_index, dag_version_id=None).priority_weight
+
+
+def test_a_shards_task_waiting_for_its_turn_weighs_less_than_every_phase_of_its_week(dagbag) -> None:
+    """A `shards` task held back by W stays *scheduled*. Airflow 3.3's scheduler takes the heaviest
+    scheduled task instances (16 a pass), learns from that list only that a task is at its per-run
+    limit, and stops once a pass found anything to queue: 15 waiting `shards` weighing 50,001 left
+    one phase a loop at the tail of a 2,000-case week (docs/performance.md, 6 December)."""
+    from avsim.priority import EARLIER_WEEK_BASE, EARLIER_WEEK_MAX_PATH, WEEKLY_BASE
+
+    for parent, shard_dag in (("avsim_weekly", "avsim_weekly_shard"), ("avsim_adhoc", "avsim_adhoc_shard")):
+        shards = _new_ti_weight(dagbag.dags[parent], "shards", "manual__w")
+        phases = [
+            _new_ti_weight(dagbag.dags[shard_dag], task_id, "manual__w__shard_0001")
+            for task_id in dagbag.dags[shard_dag].task_dict
+            if "." in task_id and not task_id.startswith("cases_")
+        ]
+        assert phases and shards < min(phases), (parent, shards, min(phases))
+        if parent == "avsim_weekly":  # still ahead of last week's repair and of ad-hoc work
+            assert shards > EARLIER_WEEK_BASE + EARLIER_WEEK_MAX_PATH
+            assert shards == WEEKLY_BASE
+
+
 def test_adhoc_dags_share_the_pools_below_the_weekly_run(dagbag) -> None:
     from avsim.priority import ADHOC_BASE, WEEKLY_BASE
 

@@ -30,6 +30,7 @@ from avsim.operators.shard import ShardRunOperator
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import CANARY_SHARD
 from avsim.plan.week_counts import case_end_tasks
+from avsim.priority import shard_start_weight
 from avsim.sensors.canary_gate import CanaryGateSensor
 from avsim.settings import AvsimSettings
 
@@ -161,7 +162,9 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             run=run_xcom,
             poke_interval=int(settings.shard_poll_seconds),
             max_active_tis_per_dagrun=plan.max_active_shards,
-            priority_weight=plan.base_priority * 2,
+            # Below the week's phases: one waiting for W must not crowd them out of the scheduler's query.
+            priority_weight=shard_start_weight(plan.run_class),
+            weight_rule="absolute",
             # After the try: "shard 3 · 2 need attention" in the grid when the shard failed.
             map_index_template="shard {{ task.shard }}{{ task.attention_label }}",
             airflow_api_conn_id=settings.airflow_api_conn_id,
