@@ -288,6 +288,28 @@ def test_the_bounded_validator_agrees_with_the_loader() -> None:
     assert [p.path for p in exc.value.problems] == ["cases[0].seed"]
 
 
+def test_one_bounded_load_takes_a_location_or_the_pasted_text(tmp_path: Path) -> None:
+    """prepare and the CLI load through load_manifest_bounded: from a path, the format comes from its
+    name; from the trigger's pasted text, it is sniffed and problems name the inline source."""
+    from avsim.manifest.source import ManifestSource
+
+    policy = ManifestPolicy()
+    from_path = bounded.load_manifest_bounded(str(GOOD), policy)
+    pasted = bounded.load_manifest_bounded(ManifestSource(text=GOOD.read_text()), policy)
+    assert pasted.source == INLINE_SOURCE and from_path.source == str(GOOD)
+    assert pasted.sha256 == from_path.sha256
+    as_json = tmp_path / "week.json"
+    as_json.write_text(GOOD.read_text())  # YAML under a .json name: the name decides, and refuses it
+    with pytest.raises(ManifestError) as exc:
+        bounded.load_manifest_bounded(ManifestSource.of(str(as_json)), policy)
+    assert "JSON syntax error" in exc.value.problems[0].message
+    bad = GOOD.read_text().replace("seed: 311111475", "seed: '311111475'")
+    with pytest.raises(ManifestError) as exc:
+        bounded.load_manifest_bounded(ManifestSource(text=bad), policy)
+    assert exc.value.source == INLINE_SOURCE
+    assert [p.path for p in exc.value.problems] == ["cases[0].seed"]
+
+
 # ----------------------------------------------------------------------------------------- CLI
 
 runner = CliRunner()

@@ -47,7 +47,7 @@ def prepare_week(
     ``pool_slots`` reads the GPU spot and CPU pools' slots (None each when unknown): admitting by
     cases in flight, the week's target and shard size come from them (:func:`week_admission`).
     """
-    from avsim.manifest.bounded import parse_bounded
+    from avsim.manifest.bounded import load_manifest_bounded
     from avsim.manifest.policy import check_prepare, policy_from_settings
     from avsim.manifest.snapshot import write_snapshot
     from avsim.plan.canary import select_canary
@@ -58,7 +58,7 @@ def prepare_week(
     policy = policy_from_settings(settings)
     given = ManifestSource.of(source)  # a location, or the text pasted into the trigger's conf
     source = given.name
-    loaded = parse_bounded(given.read(policy.max_bytes), source, given.fmt, policy)
+    loaded = load_manifest_bounded(given, policy)
     manifest = loaded.manifest
     check_prepare(manifest, settings, source)  # the run's URI rules, limits and deadline (manifest/policy.py)
     families = assign_families(manifest, plan)

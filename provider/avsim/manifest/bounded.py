@@ -36,6 +36,7 @@ from avsim.errors import ManifestError, Problem
 if TYPE_CHECKING:
     from avsim.manifest.loader import Format, LoadedManifest
     from avsim.manifest.policy import ManifestPolicy
+    from avsim.manifest.source import ManifestSource
 
 MiB = 2**20
 #: Resident memory any validation may take, whatever its size (the interpreter and its imports).
@@ -70,14 +71,19 @@ def time_bound(size: int) -> float:
     return TIME_BASE + TIME_PER_MIB * size / MiB
 
 
-def load_manifest_bounded(source: str, policy: ManifestPolicy | None = None) -> LoadedManifest:
-    """:func:`~avsim.manifest.loader.load_manifest`, with the parsing and validation bounded."""
-    from avsim.manifest.loader import _format_from_name, read_manifest_bytes
+def load_manifest_bounded(
+    source: str | ManifestSource, policy: ManifestPolicy | None = None
+) -> LoadedManifest:
+    """:func:`~avsim.manifest.loader.load_manifest`, with the parsing and validation bounded.
+
+    ``source``: a path or URI, or a run's :class:`~avsim.manifest.source.ManifestSource` (a location
+    or the text pasted into the trigger's conf); its bytes are read here, up to ``policy.max_bytes``."""
     from avsim.manifest.policy import deployment_policy
+    from avsim.manifest.source import ManifestSource
 
     policy = policy or deployment_policy()
-    data = read_manifest_bytes(source, policy.max_bytes)
-    return parse_bounded(data, source, _format_from_name(source), policy)
+    given = ManifestSource.of(source)
+    return parse_bounded(given.read(policy.max_bytes), given.name, given.fmt, policy)
 
 
 def parse_bounded(

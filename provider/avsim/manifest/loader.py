@@ -93,7 +93,7 @@ def load_manifest(
     policy = policy or deployment_policy()
     name = os.fspath(source)
     data = read_manifest_bytes(name, max_bytes if max_bytes is not None else policy.max_bytes)
-    return parse_manifest_text(data, source=name, fmt=_format_from_name(name), policy=policy)
+    return parse_manifest_text(data, source=name, fmt=format_from_name(name), policy=policy)
 
 
 def parse_manifest_text(
@@ -112,7 +112,7 @@ def parse_manifest_text(
     text = text.removeprefix("\ufeff")
     if not text.strip():
         raise _error("the file is empty; a manifest needs run and cases", source)
-    fmt = fmt or _format_from_name(source)
+    fmt = fmt or format_from_name(source)
     max_cases = policy.max_cases if policy is not None else None
     if fmt is None and text.lstrip().startswith("{"):
         try:
@@ -148,7 +148,8 @@ def parse_manifest_text(
 # ------------------------------------------------------------------------------------- reading
 
 
-def _format_from_name(name: str) -> Format | None:
+def format_from_name(name: str) -> Format | None:
+    """``"json"`` or ``"yaml"`` when a manifest's name (a path or URI, its query ignored) ends so, else None."""
     lower = name.lower().split("?", 1)[0]
     if lower.endswith((".yaml", ".yml")):
         return "yaml"

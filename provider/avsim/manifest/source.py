@@ -56,9 +56,9 @@ class ManifestSource:
     @property
     def fmt(self) -> Format | None:
         """``"json"`` or ``"yaml"`` when the location's name says so, else None (sniffed from the text)."""
-        from avsim.manifest.loader import _format_from_name
+        from avsim.manifest.loader import format_from_name
 
-        return None if self.text is not None else _format_from_name(self.location)
+        return None if self.text is not None else format_from_name(self.location)
 
     def read(self, max_bytes: int) -> bytes:
         """The manifest's bytes, at most ``max_bytes`` from a location (the text's size is checked by
