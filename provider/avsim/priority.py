@@ -42,11 +42,12 @@ simulates the very ordering the scheduler applies.
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.task.priority_strategy import PriorityWeightStrategy
 
@@ -67,14 +68,15 @@ __all__ = [
     "WEEKLY_BASE",
     "WEIGHT_PER_MINUTE",
     "AdhocCriticalPathPriority",
+    "ControlTask",
     "WeeklyCriticalPathPriority",
+    "control_priority",
     "critical_path_priority",
     "is_earlier_week",
     "is_rerun",
     "path_weight",
     "phase_priority",
     "run_base",
-    "shard_start_weight",
     "strategy_for",
     "week_base",
 ]
@@ -222,17 +224,50 @@ class AdhocCriticalPathPriority(_CriticalPathPriority):
 STRATEGIES: tuple[type[PriorityWeightStrategy], ...] = (WeeklyCriticalPathPriority, AdhocCriticalPathPriority)
 
 
-def shard_start_weight(run_class: RunClass | str) -> int:
-    """The weight of a parent run's ``shards`` task instances: the run class's base, below every phase
-    of its week (each weighs the base plus a path of at least 1) and above every phase ranked lower
-    (an earlier week's, ad-hoc work's).
+class ControlTask(enum.Enum):
+    """A weekly or shard DAG task that is not a phase, by what its weight must do (:func:`control_priority`)."""
 
-    A ``shards`` task held back by ``max_active_shards`` stays *scheduled*. Airflow 3.3's scheduler
-    takes the heaviest scheduled task instances (at most its free executor slots, 16 here), learns
-    only from that list that a task is at its per-run limit, and stops once a pass found anything to
-    queue: weighing more than the phases, k waiting ``shards`` left a loop 16 - k phases to queue, one
-    at k = 15, the tail of every week (docs/design.md, "Admission by cases in flight")."""
-    return _BASES[RunClass(run_class)]
+    #: The parent's ``canary`` and ``canary_gate``: the canary gates the week, so above every phase.
+    CANARY = "canary"
+    #: A few seconds of work that phases wait for: ``prepare``, a shard run's ``load_shard``,
+    #: ``cases_*`` and ``summarize``, the deadline tracker. Above every phase of the week (never
+    #: held back by a per-run limit, they cannot crowd the scheduler's query).
+    BOOKKEEPING = "bookkeeping"
+    #: ``close_week`` and ``report``: after every case, nothing waits behind them.
+    WEEK_END = "week_end"
+    #: The parent's ``shards``: see :func:`control_priority`.
+    SHARD_START = "shard_start"
+
+
+#: The absolute weights, in multiples of the run class's base.
+_CONTROL_FACTORS = {ControlTask.CANARY: 3, ControlTask.BOOKKEEPING: 2, ControlTask.WEEK_END: 1}
+
+
+def control_priority(task: ControlTask, run_class: RunClass | str) -> dict[str, Any]:
+    """The ``priority_weight`` and ``weight_rule`` of a task that is not a phase (operator kwargs).
+
+    A ``shards`` task (:attr:`ControlTask.SHARD_START`) weighs its run's phase base with a path of 0,
+    under the phases' own strategy: below every phase of its run (each weighs the base plus a path of
+    at least 1) and above every phase ranked lower. So the current week's weigh :data:`WEEKLY_BASE`
+    (ahead of an earlier week's and ad-hoc phases), and an earlier week's or an ``avsim rerun-failed``
+    run's :data:`EARLIER_WEEK_BASE` (below their own phases, which weigh that base plus their path).
+
+    Why below: a ``shards`` task held back by ``max_active_shards`` stays *scheduled*. Airflow 3.3's
+    scheduler takes the heaviest scheduled task instances (at most its free executor slots, 16 here),
+    learns only from that list that a task is at its per-run limit, and stops once a pass found
+    anything to queue: weighing more than the phases, k waiting ``shards`` left a loop 16 - k phases
+    to queue, one at k = 15, the tail of every week (docs/design.md, "Admission by cases in flight").
+
+    The others weigh a multiple of their class's base, absolute (:class:`ControlTask`)."""
+    if task is ControlTask.SHARD_START:
+        # By the strategy's import path: Airflow 3.3 serializes a mapped task's partial kwargs without
+        # encoding a strategy instance, and cannot load it back ("Unknown priority strategy <...>").
+        strategy = type(strategy_for(run_class))
+        return {"priority_weight": 0, "weight_rule": f"{strategy.__module__}.{strategy.__qualname__}"}
+    return {
+        "priority_weight": _CONTROL_FACTORS[task] * _BASES[RunClass(run_class)],
+        "weight_rule": "absolute",
+    }
 
 
 def strategy_for(run_class: RunClass | str) -> PriorityWeightStrategy:

@@ -61,17 +61,32 @@ def test_a_shards_task_waiting_for_its_turn_weighs_less_than_every_phase_of_its_
     scheduled task instances (16 a pass), learns from that list only that a task is at its per-run
     limit, and stops once a pass found anything to queue: 15 waiting `shards` weighing 50,001 left
     one phase a loop at the tail of a 2,000-case week (docs/performance.md, 6 December)."""
-    from avsim.priority import EARLIER_WEEK_BASE, EARLIER_WEEK_MAX_PATH, WEEKLY_BASE
+    from avsim.artifacts import shard_run_id
+    from avsim.priority import (
+        ADHOC_BASE,
+        EARLIER_WEEK_BASE,
+        EARLIER_WEEK_MAX_PATH,
+        MAX_PATH_WEIGHT,
+        WEEKLY_BASE,
+    )
 
-    for parent, shard_dag in (("avsim_weekly", "avsim_weekly_shard"), ("avsim_adhoc", "avsim_adhoc_shard")):
-        shards = _new_ti_weight(dagbag.dags[parent], "shards", "manual__w")
+    for parent, shard_dag, run_id in (
+        ("avsim_weekly", "avsim_weekly_shard", "manual__w"),
+        ("avsim_adhoc", "avsim_adhoc_shard", "manual__w"),
+        # `avsim rerun-failed`'s run ranks as an earlier week: its phases weigh below this week's, and
+        # its shards (as many as the failed cases need) below those phases, or they crowd them out.
+        ("avsim_weekly", "avsim_weekly_shard", "rerun__w"),
+    ):
+        shards = _new_ti_weight(dagbag.dags[parent], "shards", run_id)
         phases = [
-            _new_ti_weight(dagbag.dags[shard_dag], task_id, "manual__w__shard_0001")
+            _new_ti_weight(dagbag.dags[shard_dag], task_id, shard_run_id(run_id, 1))
             for task_id in dagbag.dags[shard_dag].task_dict
             if "." in task_id and not task_id.startswith("cases_")
         ]
-        assert phases and shards < min(phases), (parent, shards, min(phases))
-        if parent == "avsim_weekly":  # still ahead of last week's repair and of ad-hoc work
+        assert phases and shards < min(phases), (parent, run_id, shards, min(phases))
+        if run_id == "rerun__w":  # still ahead of ad-hoc work
+            assert shards == EARLIER_WEEK_BASE > ADHOC_BASE + MAX_PATH_WEIGHT
+        elif parent == "avsim_weekly":  # still ahead of last week's repair and of ad-hoc work
             assert shards > EARLIER_WEEK_BASE + EARLIER_WEEK_MAX_PATH
             assert shards == WEEKLY_BASE
 

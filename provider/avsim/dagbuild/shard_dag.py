@@ -161,7 +161,10 @@ def shard_dags(
 
 
 def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> DAG:
+    from avsim.priority import ControlTask, control_priority
+
     operator = phase_operator_class(settings)
+    bookkeeping = control_priority(ControlTask.BOOKKEEPING, plan.run_class)
     with DAG(
         dag_id=dag_id,
         schedule=None,
@@ -178,12 +181,12 @@ def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> D
         doc_md="A shard of an avsim weekly run: started by the weekly DAG, one mapped group per graph family.",
     ) as dag:
 
-        @task(task_id="load_shard", retries=2, priority_weight=plan.base_priority * 2)
+        @task(task_id="load_shard", retries=2, **bookkeeping)
         def load_shard() -> dict[str, Any]:
             """Check the shard run's conf before any phase reads its run descriptor; returns the descriptor."""
             return _shard_input(plan)["run"]
 
-        @task(task_id="summarize", trigger_rule="all_done", retries=2, priority_weight=plan.base_priority * 2)
+        @task(task_id="summarize", trigger_rule="all_done", retries=2, **bookkeeping)
         def summarize() -> dict[str, Any]:
             return tasks.summarize(dict(get_current_context()["dag_run"].conf or {}), plan)
 
@@ -191,7 +194,7 @@ def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> D
         done = summarize()
         for family in plan.families:
             # Mapping needs a task's return value, so each family's case list is its own small task.
-            @task(task_id=f"cases_{family.name}", retries=2, priority_weight=plan.base_priority * 2)
+            @task(task_id=f"cases_{family.name}", retries=2, **bookkeeping)
             def family_cases(name: str = family.name) -> list[dict[str, Any]]:
                 return list(_shard_input(plan)[f"cases_{name}"])
 

@@ -30,7 +30,7 @@ from avsim.operators.shard import ShardRunOperator
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import CANARY_SHARD
 from avsim.plan.week_counts import case_end_tasks
-from avsim.priority import shard_start_weight
+from avsim.priority import ControlTask, control_priority
 from avsim.sensors.canary_gate import CanaryGateSensor
 from avsim.settings import AvsimSettings
 
@@ -93,7 +93,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         },
     ) as dag:
 
-        @task(task_id=PREPARE_TASK_ID, retries=1, priority_weight=plan.base_priority * 2)
+        @task(task_id=PREPARE_TASK_ID, retries=1, **control_priority(ControlTask.BOOKKEEPING, plan.run_class))
         def prepare() -> list[dict[str, Any]]:
             """Returns the shard runs to start; pushes the run descriptor ("run") and shard inputs."""
             from avsim.pools import api_pool_slots  # the REST client: prepare's, not the parser's
@@ -139,7 +139,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             airflow_api_conn_id=settings.airflow_api_conn_id,
             week_end_tasks=week_end_tasks,
             poke_interval=int(settings.shard_poll_seconds),
-            priority_weight=plan.base_priority * 3,
+            **control_priority(ControlTask.CANARY, plan.run_class),
         )
         gate = CanaryGateSensor(
             task_id="canary_gate",
@@ -148,7 +148,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             poll_interval=settings.shard_poll_seconds,
             shard_dag_id=shard_dag_id,
             canary_task_id=canary.task_id,
-            priority_weight=plan.base_priority * 3,
+            **control_priority(ControlTask.CANARY, plan.run_class),
             retries=2,
         )
         shard_specs >> [canary, gate]
@@ -163,8 +163,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             poke_interval=int(settings.shard_poll_seconds),
             max_active_tis_per_dagrun=plan.max_active_shards,
             # Below the week's phases: one waiting for W must not crowd them out of the scheduler's query.
-            priority_weight=shard_start_weight(plan.run_class),
-            weight_rule="absolute",
+            **control_priority(ControlTask.SHARD_START, plan.run_class),
             # After the try: "shard 3 · 2 need attention" in the grid when the shard failed.
             map_index_template="shard {{ task.shard }}{{ task.attention_label }}",
             airflow_api_conn_id=settings.airflow_api_conn_id,
@@ -205,7 +204,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             task_id="close_week",
             trigger_rule="all_done_min_one_success",
             retries=2,
-            priority_weight=plan.base_priority,
+            **control_priority(ControlTask.WEEK_END, plan.run_class),
         )
         def close_week(run: dict[str, Any]) -> dict[str, Any]:
             """Accounts for every shard: one that never started gets a summary saying so, and why."""
@@ -226,7 +225,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             task_id="report",
             trigger_rule="all_done_min_one_success",
             retries=2,
-            priority_weight=plan.base_priority,
+            **control_priority(ControlTask.WEEK_END, plan.run_class),
         )
         def report(run: dict[str, Any]) -> dict[str, str]:
             return week_end.finish_week(run, [rp.name for rp in plan.run_phases])

@@ -218,6 +218,8 @@ def deadline_tracker(
     Call it inside the weekly DAG with ``run`` = the XCom ``run`` of ``prepare``; set it after
     ``prepare`` and before ``report``.
     """
+    from avsim.priority import ControlTask, control_priority
+
     d = settings.deadline
     policy = ScalingPolicy(
         api_conn_id=d.api_conn_id,
@@ -232,7 +234,8 @@ def deadline_tracker(
     )
     kwargs.setdefault("retries", 2)
     kwargs.setdefault("retry_delay", dt.timedelta(seconds=60))
-    kwargs.setdefault("priority_weight", plan.base_priority * 2)
+    for key, value in control_priority(ControlTask.BOOKKEEPING, plan.run_class).items():
+        kwargs.setdefault(key, value)
     return DeadlineTrackerSensor(
         task_id=task_id,
         run=run,
