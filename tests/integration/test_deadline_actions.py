@@ -107,7 +107,9 @@ def test_wrong_credentials_and_missing_pools_are_reported(
             }
         ),
     )
-    with pytest.raises(AirflowApiError, match=r"refused the login of connection 'airflow_api_bad' \(HTTP 401\)"):
+    with pytest.raises(
+        AirflowApiError, match=r"refused the login of connection 'airflow_api_bad' \(HTTP 401\)"
+    ):
         AirflowApiHook("airflow_api_bad").pool_slots("avsim_gpu_spot")
     results = act(ScalingPolicy(api_conn_id=connection, max_gpu_slots=50, gpu_pool="avsim_gpu_missing"), 30)
     assert [(r.action, r.outcome) for r in results] == [("pool_slots", "failed")]

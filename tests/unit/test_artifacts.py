@@ -49,7 +49,9 @@ def test_a_run_key_is_one_safe_object_key_segment() -> None:
     assert key == "avsim_weekly__manual__2026-12-07T06_00_00_00_00"
     layout = RunLayout("file:///art/", key)
     assert layout.base == f"file:///art/runs/{key}"
-    assert layout.outcome_record("c1", "simulate") == f"file:///art/runs/{key}/ledger/outcomes/c1/simulate.json"
+    assert (
+        layout.outcome_record("c1", "simulate") == f"file:///art/runs/{key}/ledger/outcomes/c1/simulate.json"
+    )
 
 
 def test_the_module_imports_nothing_from_avsim() -> None:
