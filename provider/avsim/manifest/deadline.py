@@ -17,6 +17,12 @@ MAX_WEEKS_AFTER = 8
 _WEEK = dt.timedelta(days=7)
 
 
+def iso_week_of(when: dt.datetime) -> str:
+    """The ISO week (``YYYY-Www``) ``when`` falls in, in UTC (an aware ``when``)."""
+    year, week, _ = when.astimezone(dt.UTC).isocalendar()
+    return f"{year}-W{week:02d}"
+
+
 def week_start(iso_week: str) -> dt.datetime | None:
     """Monday 00:00 UTC of ``YYYY-Www``; None if it is no ISO week (the model reports that)."""
     try:

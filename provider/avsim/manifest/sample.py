@@ -26,6 +26,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from avsim.manifest.deadline import iso_week_of, week_start
+
 #: (category, scenario, simulate-duration factor, ego speed range in km/h, weather choices)
 SCENARIOS: tuple[tuple[str, str, float, tuple[int, int], tuple[str, ...]], ...] = (
     ("highway", "cut-in", 0.8, (80, 130), ("clear", "overcast", "rain")),
@@ -80,18 +82,16 @@ _GRAPHS: dict[str, tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
 
 
 def current_iso_week(now: dt.datetime | None = None) -> str:
-    year, week, _ = (now or dt.datetime.now(dt.UTC)).isocalendar()
-    return f"{year}-W{week:02d}"
+    return iso_week_of(now or dt.datetime.now(dt.UTC))
 
 
 def open_iso_week(now: dt.datetime | None = None) -> str:
     """This week, or next week once this week's deadline (Sunday 18:00 UTC) has passed: the sample's
     default week, so that a sample written on a Sunday evening can still be run."""
-    now = now or dt.datetime.now(dt.UTC)
-    year, week, weekday = now.isocalendar()
-    if weekday == 7 and now.time() >= dt.time(18, 0):
-        return current_iso_week(now + dt.timedelta(days=1))
-    return f"{year}-W{week:02d}"
+    now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    if now.isoweekday() == 7 and now.time() >= dt.time(18, 0):
+        return iso_week_of(now + dt.timedelta(days=1))
+    return iso_week_of(now)
 
 
 def _fmt(x: float) -> str:
@@ -167,18 +167,16 @@ def sample_manifest(
         if not 0 <= rate <= 1:
             raise ValueError(f"{label} must be between 0 and 1, got {rate}")
     retry_scale = time_scale if compress_retry_delays else 1.0
-    if deadline is not None and deadline.tzinfo is None:
-        raise ValueError(f"deadline {deadline.isoformat()} has no time zone; give it one (UTC)")
-    week = iso_week or (current_iso_week(deadline.astimezone(dt.UTC)) if deadline else open_iso_week())
-    try:
-        year, weekno = int(week[:4]), int(week[6:])
-        if week[4:6] != "-W" or len(week) != 8:
-            raise ValueError
-        sunday = dt.date.fromisocalendar(year, weekno, 7)
-    except ValueError:
-        raise ValueError(f"iso_week {week!r} is not an ISO week; write it like '2026-W49'") from None
-    if deadline is None:
-        deadline = dt.datetime.combine(sunday, dt.time(18, 0), tzinfo=dt.UTC)
+    if deadline is not None:
+        if deadline.tzinfo is None:
+            raise ValueError(f"deadline {deadline.isoformat()} has no time zone; give it one (UTC)")
+        deadline = deadline.astimezone(dt.UTC)
+    week = iso_week or (iso_week_of(deadline) if deadline else open_iso_week())
+    monday = week_start(week)
+    if monday is None:
+        raise ValueError(f"iso_week {week!r} is not an ISO week; write it like '2026-W49'")
+    if deadline is None:  # the week's Sunday, 18:00 UTC
+        deadline = monday + dt.timedelta(days=6, hours=18)
     digest = hashlib.sha256(f"avsim-simulator-build:{seed}".encode()).hexdigest()
 
     graphs = {
@@ -234,9 +232,9 @@ def sample_manifest(
         "name": "weekly_regression",
         "iso_week": week,
         "run_class": "weekly",
-        "deadline": deadline.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "deadline": deadline.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "build": {
-            "build_id": f"sim-{year}.{weekno:02d}.1",
+            "build_id": f"sim-{week[:4]}.{week[6:]}.1",
             "image": f"registry.example.com/avsim/simulator@sha256:{digest}",
         },
     }

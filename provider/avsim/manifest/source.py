@@ -108,9 +108,9 @@ def manifest_source(
             source="DAG run conf",
         )
     if "{iso_week}" in source:
-        when = when or dt.datetime.now(dt.UTC)
-        year, week, _ = when.isocalendar()
-        source = source.replace("{iso_week}", f"{year}-W{week:02d}")
+        from avsim.manifest.deadline import iso_week_of
+
+        source = source.replace("{iso_week}", iso_week_of(when or dt.datetime.now(dt.UTC)))
     check_location(source, "params.manifest")
     return ManifestSource(location=source)
 
