@@ -60,7 +60,8 @@ def test_a_shards_task_waiting_for_its_turn_weighs_less_than_every_phase_of_its_
     """A `shards` task held back by W stays *scheduled*. Airflow 3.3's scheduler takes the heaviest
     scheduled task instances (16 a pass), learns from that list only that a task is at its per-run
     limit, and stops once a pass found anything to queue: 15 waiting `shards` weighing 50,001 left
-    one phase a loop at the tail of a 2,000-case week (docs/performance.md, 6 December)."""
+    one phase a loop at the tail of a 2,000-case week (docs/performance.md, 6 December). The run-level
+    summary ranks with its run's phases too: an earlier week's below this week's."""
     from avsim.artifacts import shard_run_id
     from avsim.priority import (
         ADHOC_BASE,
@@ -84,6 +85,8 @@ def test_a_shards_task_waiting_for_its_turn_weighs_less_than_every_phase_of_its_
             if "." in task_id and not task_id.startswith("cases_")
         ]
         assert phases and shards < min(phases), (parent, run_id, shards, min(phases))
+        summary = _new_ti_weight(dagbag.dags[parent], "run_phases.weekly_summary", run_id)
+        assert summary == shards + 1  # after every case of its run: nothing is behind it
         if run_id == "rerun__w":  # still ahead of ad-hoc work
             assert shards == EARLIER_WEEK_BASE > ADHOC_BASE + MAX_PATH_WEIGHT
         elif parent == "avsim_weekly":  # still ahead of last week's repair and of ad-hoc work

@@ -30,7 +30,7 @@ from avsim.operators.shard import ShardRunOperator
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import CANARY_SHARD
 from avsim.plan.week_counts import case_end_tasks
-from avsim.priority import ControlTask, control_priority
+from avsim.priority import ControlTask, control_priority, strategy_for
 from avsim.sensors.canary_gate import CanaryGateSensor
 from avsim.settings import AvsimSettings
 
@@ -187,8 +187,9 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                 pool=rp.pool,
                 pool_slots=rp.pool_slots,
                 gpus=rp.pool_slots if rp.pool != settings.cpu_pool else 0,
-                priority_weight=rp.priority_weight,
-                weight_rule="absolute",
+                # Under the phases' strategy: an earlier week's summary ranks below this week's phases.
+                priority_weight=rp.path_weight,
+                weight_rule=strategy_for(plan.run_class),
                 **({"queue": rp.queue} if rp.queue else {}),
                 retry_policy=PhaseRetryPolicy(),
                 reuse_outputs=False,

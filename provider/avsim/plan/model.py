@@ -98,8 +98,11 @@ class RunPhasePlan:
     timeout_seconds: float
     retries: int
     retry_delay_seconds: float
+    #: Its weight in its run class: base + 1 (nothing is behind it).
     priority_weight: int
     queue: str = ""
+    #: The path part alone, what the task carries for the weight strategy (as a phase's).
+    path_weight: int = 1
 
 
 @dataclass(frozen=True)
