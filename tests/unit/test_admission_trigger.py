@@ -110,7 +110,13 @@ def _first_event(trigger: ShardAdmissionTrigger) -> dict[str, Any]:
 
 def test_serialize() -> None:
     trigger = ShardAdmissionTrigger(
-        week=WEEK.to_json(), shard=3, target=25, poll_interval=5, recheck_seconds=60, max_failed_polls=4
+        week=WEEK.to_json(),
+        shard=3,
+        target=25,
+        poll_interval=5,
+        recheck_seconds=60,
+        max_failed_polls=4,
+        outage_seconds=120,
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == "avsim.triggers.admission.ShardAdmissionTrigger"
@@ -119,6 +125,7 @@ def test_serialize() -> None:
     assert again.serialize() == (classpath, kwargs)
     assert WeekShape.from_json(again.week) == WEEK
     assert (again.shard, again.target, again.recheck_seconds, again.max_failed_polls) == (3, 25, 60.0, 4)
+    assert again.outage_seconds == 120.0
 
 
 def test_admitted_when_finished_cases_make_room() -> None:
@@ -155,10 +162,26 @@ def test_recheck_after_recheck_seconds_without_room() -> None:
 
 def test_failing_counts_end_in_an_error_event_not_an_exception() -> None:
     fake = FakeCounts(finished=20, fails=[True] * 100)
-    event = _first_event(_trigger(fake, max_failed_polls=3))
+    event = _first_event(_trigger(fake, max_failed_polls=3, outage_seconds=0))
     assert event["status"] == "error"
     assert "3 counts failed" in event["message"] and "ConnectionError" in event["message"]
     assert fake.failed == 3 and fake.counts == 0
+
+
+def test_an_api_outage_shorter_than_outage_seconds_is_waited_out() -> None:
+    # An API server restarting: 40 counts in a row fail (many more than max_failed_polls), then it answers.
+    fake = FakeCounts(finished=20, fails=[True] * 40)
+    event = _first_event(_trigger(fake, max_failed_polls=3, outage_seconds=60))
+    assert event["status"] == "admitted"
+    assert fake.failed == 40
+
+
+def test_an_outage_fails_only_after_outage_seconds() -> None:
+    fake = FakeCounts(finished=20, fails=[True] * 10_000)
+    began = time.monotonic()
+    event = _first_event(_trigger(fake, max_failed_polls=3, outage_seconds=0.5))
+    assert event["status"] == "error" and "over" in event["message"]
+    assert time.monotonic() - began >= 0.5
 
 
 def test_a_count_that_succeeds_resets_the_failures() -> None:

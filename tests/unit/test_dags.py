@@ -175,3 +175,30 @@ def test_a_bad_catalog_breaks_only_its_own_file(tmp_path: Path) -> None:
     assert list(bag.import_errors) == [str(tmp_path / "avsim_broken.py")]
     assert "graphs.g.phases" in next(iter(bag.import_errors.values()))
     assert {"avsim_weekly", "avsim_weekly_shard"} <= set(bag.dag_ids)
+
+
+def test_control_tasks_ride_out_an_api_outage_of_a_few_minutes(dagbag) -> None:
+    """Control tasks fail on a passing outage of the API server (the execution API) or the artifact
+    store. Airflow's default retry delay (300 s) made a 2-minute outage cost 5 minutes of the week, and
+    two retries (or none, for `shards`) let a longer one fail the week: each retries within seconds of
+    the API coming back, and their retries span at least 3 minutes of an outage."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    for dag_id in ("avsim_weekly", "avsim_weekly_shard"):
+        dag = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags[dag_id]))
+        control = [t for t in dag.tasks if not t.task_type.endswith("PhaseOperator")]
+        names = {t.task_id for t in control}
+        assert names >= (
+            {"prepare", "shards", "canary", "canary_gate", "close_week", "report"}
+            if dag_id == "avsim_weekly"
+            else {"load_shard", "summarize"}
+        )
+        for t in control:
+            delays = [t.retry_delay.total_seconds()]
+            for _ in range(1, t.retries):
+                step = delays[-1] * (t.retry_exponential_backoff or 1)
+                delays.append(min(step, t.max_retry_delay.total_seconds() if t.max_retry_delay else step))
+            assert t.retries >= 5, (dag_id, t.task_id, t.retries)
+            assert delays[0] <= 15, (dag_id, t.task_id, delays)
+            assert max(delays) <= 60, (dag_id, t.task_id, delays)
+            assert sum(delays) >= 180, (dag_id, t.task_id, delays)

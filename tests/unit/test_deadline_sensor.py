@@ -59,7 +59,9 @@ def _deferred(call: Any) -> DeadlineTrackerTrigger:
 def test_built_from_the_plan_and_settings(tmp_path: Path) -> None:
     settings = AvsimSettings(deadline=DeadlineSettings(interval_seconds=120, default_hours=100))
     sensor = _sensor(tmp_path, settings)
-    assert sensor.task_id == "deadline_tracker" and sensor.retries == 2
+    from avsim.retries import CONTROL_RETRIES
+
+    assert sensor.task_id == "deadline_tracker" and sensor.retries == CONTROL_RETRIES
     assert (
         sensor.priority_weight == 2 * load_plan(ROOT / "dags" / "avsim_graphs.yaml", settings).base_priority
     )

@@ -290,6 +290,17 @@ def test_the_breaker_stops_only_work_still_to_do() -> None:
         assert next_step(run, breaker_open) is step, (run, breaker_open)
 
 
+def test_an_automatic_retry_reports_a_failed_shard_run_and_never_repairs_it() -> None:
+    """`shards` retries a passing error (the API server away); only a user's clear repairs a failed
+    shard run, so a retry that finds one failed waits on it, which reports its verdict."""
+    from avsim.operators.shard import ShardRunEnd, ShardStep, next_step
+
+    assert next_step(ShardRunEnd.FAILED, False, retrying=True) is ShardStep.WAIT
+    assert next_step(ShardRunEnd.FAILED, None, retrying=True) is ShardStep.WAIT
+    assert next_step(None, False, retrying=True) is ShardStep.START
+    assert next_step(ShardRunEnd.ENDED_WELL, True, retrying=True) is ShardStep.TAKE_END
+
+
 # -- admission by cases in flight ---------------------------------------------------------------
 
 

@@ -25,6 +25,7 @@ from avsim.operators.phase import LocalPhaseOperator
 from avsim.operators.retry import PhaseRetryPolicy
 from avsim.phases.policy import Role, task_retries
 from avsim.plan.model import FamilyPlan, PhasePlan, WeeklyPlan
+from avsim.retries import control_retries, retry_kwargs
 from avsim.settings import AvsimSettings
 
 START_DATE = dt.datetime(2026, 1, 5, tzinfo=dt.UTC)  # a Monday
@@ -37,15 +38,6 @@ def phase_operator_class(settings: AvsimSettings) -> type[Any]:
 
         return KubernetesPhaseOperator
     return LocalPhaseOperator
-
-
-def retry_kwargs(retries: int, delay: float, backoff: float, max_delay: float) -> dict[str, Any]:
-    return {
-        "retries": retries,
-        "retry_delay": dt.timedelta(seconds=delay),
-        "retry_exponential_backoff": backoff if backoff > 1 else 0,
-        "max_retry_delay": dt.timedelta(seconds=max_delay),
-    }
 
 
 def phase_task_kwargs(phase: PhasePlan, role: Role, run_class: str) -> dict[str, Any]:
@@ -181,12 +173,12 @@ def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> D
         doc_md="A shard of an avsim weekly run: started by the weekly DAG, one mapped group per graph family.",
     ) as dag:
 
-        @task(task_id="load_shard", retries=2, **bookkeeping)
+        @task(task_id="load_shard", **control_retries(), **bookkeeping)
         def load_shard() -> dict[str, Any]:
             """Check the shard run's conf before any phase reads its run descriptor; returns the descriptor."""
             return _shard_input(plan)["run"]
 
-        @task(task_id="summarize", trigger_rule="all_done", retries=2, **bookkeeping)
+        @task(task_id="summarize", trigger_rule="all_done", **control_retries(), **bookkeeping)
         def summarize() -> dict[str, Any]:
             return tasks.summarize(dict(get_current_context()["dag_run"].conf or {}), plan)
 
@@ -194,7 +186,7 @@ def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> D
         done = summarize()
         for family in plan.families:
             # Mapping needs a task's return value, so each family's case list is its own small task.
-            @task(task_id=f"cases_{family.name}", retries=2, **bookkeeping)
+            @task(task_id=f"cases_{family.name}", **control_retries(), **bookkeeping)
             def family_cases(name: str = family.name) -> list[dict[str, Any]]:
                 return list(_shard_input(plan)[f"cases_{name}"])
 

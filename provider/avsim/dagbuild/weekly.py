@@ -19,7 +19,7 @@ from airflow.sdk import DAG, Param, TaskGroup, XComArg, get_current_context, tas
 from avsim.artifacts import CANARY_RUN_SUFFIX, RUN_LEVEL_CASE
 from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
 from avsim.dagbuild import tasks, week_end
-from avsim.dagbuild.shard_dag import START_DATE, backend_kwargs, phase_operator_class, retry_kwargs
+from avsim.dagbuild.shard_dag import START_DATE, backend_kwargs, phase_operator_class
 from avsim.deadline.alert import deadline_alert
 from avsim.deadline.sensor import deadline_tracker
 from avsim.errors import ManifestError
@@ -31,6 +31,7 @@ from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import CANARY_SHARD
 from avsim.plan.week_counts import case_end_tasks
 from avsim.priority import ControlTask, control_priority, strategy_for
+from avsim.retries import control_retries, retry_kwargs
 from avsim.sensors.canary_gate import CanaryGateSensor
 from avsim.settings import AvsimSettings
 
@@ -93,7 +94,11 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         },
     ) as dag:
 
-        @task(task_id=PREPARE_TASK_ID, retries=1, **control_priority(ControlTask.BOOKKEEPING, plan.run_class))
+        @task(
+            task_id=PREPARE_TASK_ID,
+            **control_retries(),
+            **control_priority(ControlTask.BOOKKEEPING, plan.run_class),
+        )
         def prepare() -> list[dict[str, Any]]:
             """Returns the shard runs to start; pushes the run descriptor ("run") and shard inputs."""
             from avsim.pools import api_pool_slots  # the REST client: prepare's, not the parser's
@@ -140,6 +145,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             week_end_tasks=week_end_tasks,
             poke_interval=int(settings.shard_poll_seconds),
             **control_priority(ControlTask.CANARY, plan.run_class),
+            **control_retries(),
         )
         gate = CanaryGateSensor(
             task_id="canary_gate",
@@ -149,7 +155,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             shard_dag_id=shard_dag_id,
             canary_task_id=canary.task_id,
             **control_priority(ControlTask.CANARY, plan.run_class),
-            retries=2,
+            **control_retries(),
         )
         shard_specs >> [canary, gate]
         # Beside the shards: re-estimates the finish, records it, and adds capacity where configured.
@@ -164,6 +170,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
             max_active_tis_per_dagrun=plan.max_active_shards,
             # Below the week's phases: one waiting for W must not crowd them out of the scheduler's query.
             **control_priority(ControlTask.SHARD_START, plan.run_class),
+            **control_retries(),
             # After the try: "shard 3 · 2 need attention" in the grid when the shard failed.
             map_index_template="shard {{ task.shard }}{{ task.attention_label }}",
             airflow_api_conn_id=settings.airflow_api_conn_id,
@@ -204,7 +211,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         @task(
             task_id="close_week",
             trigger_rule="all_done_min_one_success",
-            retries=2,
+            **control_retries(),
             **control_priority(ControlTask.WEEK_END, plan.run_class),
         )
         def close_week(run: dict[str, Any]) -> dict[str, Any]:
@@ -225,7 +232,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         @task(
             task_id="report",
             trigger_rule="all_done_min_one_success",
-            retries=2,
+            **control_retries(),
             **control_priority(ControlTask.WEEK_END, plan.run_class),
         )
         def report(run: dict[str, Any]) -> dict[str, str]:

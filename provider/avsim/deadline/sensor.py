@@ -34,6 +34,7 @@ from avsim.deadline.trigger import DeadlineTrackerTrigger
 from avsim.errors import AvsimError
 from avsim.hooks.airflow_api import AirflowApiHook
 from avsim.plan.week_counts import ExecutionApiCounts
+from avsim.retries import control_retries
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -232,8 +233,8 @@ def deadline_tracker(
         eks_max_nodes=d.eks_max_nodes,
         gpus_per_node=d.gpus_per_node,
     )
-    kwargs.setdefault("retries", 2)
-    kwargs.setdefault("retry_delay", dt.timedelta(seconds=60))
+    for key, value in control_retries().items():
+        kwargs.setdefault(key, value)
     for key, value in control_priority(ControlTask.BOOKKEEPING, plan.run_class).items():
         kwargs.setdefault(key, value)
     return DeadlineTrackerSensor(

@@ -47,16 +47,17 @@ class ShardStep(enum.Enum):
     REFUSE_START = "refuse_start"
 
 
-def next_step(run: ShardRunEnd | None, breaker_open: bool | None) -> ShardStep:
+def next_step(run: ShardRunEnd | None, breaker_open: bool | None, *, retrying: bool = False) -> ShardStep:
     """The ``shards`` task's decision, from its shard run (None: none yet) and its build's breaker.
 
     A shard run that ended well is taken and one still going is waited for, whatever the breaker
     says: neither runs anything more. Only work still to do is refused while the breaker is open:
     a shard run to start, and a failed one to repair (its cleared phases would fail fast as
-    ``breaker_open``, fail the shard run again and record nothing but that)."""
+    ``breaker_open``, fail the shard run again and record nothing but that). Only a user repairs:
+    an automatic retry (``retrying``, after a passing error) finds a failed shard run and reports it."""
     if run is ShardRunEnd.ENDED_WELL:
         return ShardStep.TAKE_END
-    if run is ShardRunEnd.NOT_ENDED:
+    if run is ShardRunEnd.NOT_ENDED or (run is ShardRunEnd.FAILED and retrying):
         return ShardStep.WAIT
     if run is ShardRunEnd.FAILED:
         return ShardStep.REFUSE_REPAIR if breaker_open else ShardStep.REPAIR
@@ -149,7 +150,14 @@ class ShardRunOperator(TriggerDagRunOperator):
             state = ti.get_dagrun_state(dag_id=self.trigger_dag_id, run_id=run_id)
         ended = self._ended_as(state)
         # The breaker is asked only where it decides something: a shard run to start or to repair.
-        step = next_step(ended, self._open_breaker() if ended in (None, ShardRunEnd.FAILED) else None)
+        # A try after the first of its round is Airflow's retry of a passing error, not a user's clear.
+        retrying = int(getattr(ti, "try_number", 1)) > max(
+            1, int(getattr(ti, "max_tries", 0) or 0) - int(self.retries or 0) + 1
+        )
+        breaker = (
+            self._open_breaker() if ended is None or (ended is ShardRunEnd.FAILED and not retrying) else None
+        )
+        step = next_step(ended, breaker, retrying=retrying)
         if step is ShardStep.TAKE_END:
             # Cleared after its shard run ended well (the try that waited for it was lost or failed on
             # the way): nothing to wait for, whatever the breaker says now.
@@ -244,7 +252,8 @@ class ShardRunOperator(TriggerDagRunOperator):
 
             raise AvsimError(
                 f"shard {self.shard}: the week's cases could not be counted ({event.get('message')}); the "
-                "execution API is unreachable from the triggerer: clear this task when it is back"
+                "execution API is unreachable from the triggerer: the task's retries wait for it, or clear "
+                "this task when it is back"
             )
         self.log.info("admission: %s (%s)", event.get("status"), event.get("reason"))
         return self.execute(context)

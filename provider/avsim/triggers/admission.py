@@ -10,8 +10,9 @@ unfinished cases leave room for its cases under the target, and no earlier shard
 - ``{"status": "recheck", ...}`` after ``recheck_seconds`` without room: the task resumes to derive the
   target again from the pools' slots at that moment (the deadline tracker may have raised them) and
   defers again;
-- ``{"status": "error", "message": ...}`` instead of raising, when ``max_failed_polls`` counts in a row
-  failed: the task resumes and fails, naming the cause (its retries, or a clear, count again).
+- ``{"status": "error", "message": ...}`` instead of raising, when counts have failed for
+  ``outage_seconds`` (and at least ``max_failed_polls`` in a row): an API server that restarts or
+  stops answering for a few minutes is waited out; the task then fails naming the cause.
 
 Never within ``min_wait_seconds`` of its start (:data:`avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS`).
 Its arguments are plain JSON, so it survives a triggerer restart.
@@ -33,6 +34,8 @@ from avsim.plan.week_counts import ExecutionApiCounts, WeekCounts, WeekShape, re
 
 #: A waiting shard derives its target again from the pools this often (seconds).
 RECHECK_SECONDS = 300.0
+#: How long counts may keep failing (the API server down or restarting) before the trigger gives up.
+OUTAGE_SECONDS = 900.0
 
 
 class ShardAdmissionTrigger(BaseTrigger):
@@ -43,7 +46,8 @@ class ShardAdmissionTrigger(BaseTrigger):
     :param target: the cases the week keeps in flight.
     :param poll_interval: seconds between counts.
     :param recheck_seconds: after this long without room, fire ``recheck``.
-    :param max_failed_polls: failed counts in a row before an ``error`` event.
+    :param max_failed_polls: at least this many failed counts in a row before an ``error`` event.
+    :param outage_seconds: and counts failing for at least this long.
     :param min_wait_seconds: no event sooner after the trigger starts.
     """
 
@@ -57,6 +61,7 @@ class ShardAdmissionTrigger(BaseTrigger):
         recheck_seconds: float = RECHECK_SECONDS,
         max_failed_polls: int = 5,
         min_wait_seconds: float = RESUME_AFTER_DEFER_MIN_SECONDS,
+        outage_seconds: float = OUTAGE_SECONDS,
     ) -> None:
         super().__init__()
         self.week = dict(week)
@@ -66,6 +71,7 @@ class ShardAdmissionTrigger(BaseTrigger):
         self.recheck_seconds = float(recheck_seconds)
         self.max_failed_polls = int(max_failed_polls)
         self.min_wait_seconds = float(min_wait_seconds)
+        self.outage_seconds = float(outage_seconds)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -78,6 +84,7 @@ class ShardAdmissionTrigger(BaseTrigger):
                 "recheck_seconds": self.recheck_seconds,
                 "max_failed_polls": self.max_failed_polls,
                 "min_wait_seconds": self.min_wait_seconds,
+                "outage_seconds": self.outage_seconds,
             },
         )
 
@@ -100,29 +107,34 @@ class ShardAdmissionTrigger(BaseTrigger):
             return
         size = week.size_of(self.shard)
         failures = 0
+        failing_since = 0.0
         while True:
             try:
                 found = await asyncio.to_thread(read_in_flight, self.counts, week, self.shard)
             except Exception as exc:
                 failures += 1
+                failing_since = failing_since or time.monotonic()
+                failing_for = time.monotonic() - failing_since
                 self.log.warning(
-                    "shard %d: counting the week's cases failed (%d of %d in a row): %s",
+                    "shard %d: counting the week's cases failed (%d in a row, for %.0fs of %gs): %s",
                     self.shard,
                     failures,
-                    self.max_failed_polls,
+                    failing_for,
+                    self.outage_seconds,
                     exc,
                 )
-                if failures >= self.max_failed_polls:
+                if failures >= self.max_failed_polls and failing_for >= self.outage_seconds:
                     yield TriggerEvent(
                         {
                             "status": "error",
-                            "message": f"{failures} counts failed; last: {type(exc).__name__}: {exc}",
+                            "message": f"{failures} counts failed over {failing_for:.0f}s; last: "
+                            f"{type(exc).__name__}: {exc}",
                         }
                     )
                     return
                 await asyncio.sleep(self.poll_interval)
                 continue
-            failures = 0
+            failures, failing_since = 0, 0.0
             decision = admit(self.shard, size, found, self.target)
             facts = {"reason": decision.reason, "unfinished": found.unfinished_cases, "target": self.target}
             if decision.admitted:
