@@ -55,6 +55,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "extra-links": ["avsim.links.AvsimArtifactsLink"],
+        "plugins": [{"name": "avsim", "plugin-class": "avsim.plugin.AvsimPlugin"}],
         "integrations": [
             {
                 "integration-name": "avsim",

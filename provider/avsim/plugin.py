@@ -1,8 +1,10 @@
 """The avsim Airflow plugin: what avsim adds to the Airflow API server and UI.
 
-Every Airflow process loads plugins (the scheduler, the dag-processor, the triggerer, task processes
-not forked from one that had), so importing this module stays cheap: the FastAPI app, which imports
-the API server's own modules (about a CPU-second), is built when the API server first asks for it.
+Installed with the package, registered once: the provider info declares it, which Airflow reads only
+with ``[core] lazy_discover_providers = False``; the ``airflow.plugins`` entry point names
+:data:`ENTRY_POINT`, which is the plugin otherwise (the default) and None (skipped) then.
+Importing this module stays cheap: every Airflow process loads plugins, and the FastAPI app (about a
+CPU-second of the API server's imports) is built when the API server first asks for it.
 """
 
 from __future__ import annotations
@@ -65,3 +67,14 @@ class AvsimPlugin(AirflowPlugin):
     deadline_references = [AvsimRunDeadline]
     # The scheduler imports the phase tasks' modules once, before it forks its LocalExecutor workers.
     listeners = [preload]
+
+
+def __getattr__(name: str) -> Any:
+    """``ENTRY_POINT``: the plugin class, or None when the provider info registers it. Airflow's plugin
+    manager loads entry points always, the provider info's plugins only when it discovers providers
+    eagerly, and refuses a second plugin of one name with an import error."""
+    if name == "ENTRY_POINT":
+        from airflow import settings
+
+        return AvsimPlugin if settings.LAZY_LOAD_PROVIDERS else None
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
