@@ -31,6 +31,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from avsim.errors import ConfigError
+
 #: The role ``docker/airflow-init.sh`` creates and gives the service account.
 SERVICE_ROLE = "avsim-service"
 #: The DAGs whose task instances the repair clears: the weekly pair and the ad-hoc pair.
@@ -98,7 +100,13 @@ def role_diff(
 def sync_role(role: str, permissions: Iterable[Permission], *, dry_run: bool = False) -> RoleChanges:
     """Make the FAB role ``role`` hold exactly ``permissions`` (creating the role, and the resources of
     DAGs not parsed yet); needs the FAB auth manager and the metadata database."""
-    from airflow.providers.fab.auth_manager.cli_commands.utils import get_application_builder
+    try:
+        from airflow.providers.fab.auth_manager.cli_commands.utils import get_application_builder
+    except ImportError:
+        raise ConfigError(
+            "the service role is a role of the FAB auth manager, and the FAB provider is not installed: "
+            'pip install "airflow-provider-avsim[fab]"'
+        ) from None
 
     wanted = tuple(permissions)
     with get_application_builder() as appbuilder:

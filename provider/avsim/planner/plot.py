@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from avsim.errors import ConfigError
 from avsim.planner.report import CapacityPlan
 
 _COLORS = {"critical_path": "#1b7837", "downstream": "#b2182b", "fifo": "#2166ac"}
@@ -15,6 +16,10 @@ _COLORS = {"critical_path": "#1b7837", "downstream": "#b2182b", "fifo": "#2166ac
 
 def write_progress_plot(plan: CapacityPlan, path: str | Path) -> Path:
     """Write the plot to ``path`` (PNG) and return it."""
+    from avsim.report.plots import PLOTS_NEED, plots_available
+
+    if not plots_available():
+        raise ConfigError(PLOTS_NEED)
     import matplotlib
 
     matplotlib.use("Agg")

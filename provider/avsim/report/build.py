@@ -211,7 +211,7 @@ def write_report(layout: RunLayout, report: dict[str, Any]) -> dict[str, str]:
     from avsim.report.cases import scenarios_of, to_csv
     from avsim.report.compare import previous_week
     from avsim.report.html import render_html
-    from avsim.report.plots import PLOTS, render_plots
+    from avsim.report.plots import PLOTS, plots_available, render_plots
     from avsim.report.rerun import rerun_section
     from avsim.report.timeline_source import week_timeline
     from avsim.storage import path
@@ -239,6 +239,8 @@ def write_report(layout: RunLayout, report: dict[str, Any]) -> dict[str, str]:
     doc["progress"] = progress.to_json()
     plots = render_plots(rows, run.get("case_count"), run.get("deadline"), progress)
     doc["files"] = {"csv": "cases.csv", "plots": {k: v for k, v in PLOTS.items() if v in plots}}
+    if not plots_available():
+        doc["files"]["plots_missing"] = True
     first = path(f"{folder}/cases.csv")
     if str(first.protocol) in ("file", "local"):
         first.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from typing import Any
 from avsim.contracts.week import NOT_STARTED
 from avsim.phases.contract import NOT_RUN, Outcome
 from avsim.report.build import CASE_OUTCOMES, PHASE_OUTCOMES
-from avsim.report.plots import COLOURS
+from avsim.report.plots import COLOURS, PLOTS_NEED
 
 #: The failed-cases table lists at most this many rows; report.json has them all.
 MAX_FAILED_ROWS = 2000
@@ -150,6 +150,8 @@ def _duration_table(durations: Mapping[str, Mapping[str, Any]]) -> str:
 
 def _plots(files: Mapping[str, Any]) -> str:
     plots: Mapping[str, str] = files.get("plots") or {}
+    if files.get("plots_missing"):
+        return f'<p class="note">No plot: {escape(PLOTS_NEED)}.</p>'
     if not plots:
         return '<p class="note">No plot: no phase has finished yet.</p>'
     return "".join(

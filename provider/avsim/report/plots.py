@@ -76,6 +76,17 @@ def _duration(delta: dt.timedelta) -> str:
     return f"{hours} h {mins} min" if hours else f"{mins} min"
 
 
+#: What a report without plots says: they come with the ``[report]`` extra.
+PLOTS_NEED = 'the plots need matplotlib: pip install "airflow-provider-avsim[report]"'
+
+
+def plots_available() -> bool:
+    """Whether matplotlib is installed (the ``[report]`` extra); without it the report has no plots."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
 def _pyplot() -> Any:
     import matplotlib
 
@@ -255,11 +266,13 @@ def render_plots(
     deadline: str | None = None,
     timeline: Timeline | None = None,
 ) -> dict[str, str]:
-    """File name -> SVG text of every plot there is data for.
+    """File name -> SVG text of every plot there is data for (none without matplotlib).
 
     With a ``timeline`` (from the ledger), the progress plot is :func:`timeline_svg`; without one,
     cases finished from the rows' ``finished_at``.
     """
+    if not plots_available():
+        return {}
     progress = timeline_svg(timeline) if timeline is not None else None
     drawn = {
         PLOTS["progress"]: progress or progress_svg(rows, planned, deadline),
