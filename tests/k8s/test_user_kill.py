@@ -314,6 +314,46 @@ def test_a_trigger_handed_to_another_triggerer_leaves_the_pod_running(
     assert ledger_of(run).outcome(case["case_id"], "prepare") is None
 
 
+class UnreachableSupervisor(Supervisor):
+    """A triggerer that missed its heartbeats (its database or API answers nothing): the state read fails."""
+
+    def send(self, msg: Any) -> Any:
+        from airflow.sdk.execution_time.comms import GetTaskStates
+
+        if not isinstance(msg, GetTaskStates):
+            return None  # what else the trigger's process sends (masked secrets) is not the boundary here
+        self.asked.append(msg)
+        raise ConnectionError("the metadata database is not answering")
+
+
+def test_a_hand_off_whose_state_cannot_be_read_leaves_the_pod_running(
+    kube: FakeKubeAPI,
+    shard_phase: tuple[dict[str, Any], dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A triggerer failover: the unhealthy triggerer's triggers are cancelled with the user-action
+    message, and the state read that tells a kill from a hand-off fails there. Unknown is not a kill:
+    the pod of the live attempt (watched by its new triggerer) stays, with its Lease and process."""
+    from airflow.sdk.execution_time import task_runner
+
+    supervisor = UnreachableSupervisor("deferred")
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", supervisor, raising=False)
+    run, case = shard_phase
+    trigger = start_phase(run, case, try_number=1)
+    kube.wait_for_pod(trigger.pod_name, NAMESPACE, phase="Running")
+    pid = kube.process_of(trigger.pod_name, NAMESPACE)
+
+    async def hand_off(triggerer: Triggerer) -> None:
+        await triggerer.user_kill()
+
+    scenario(kube, trigger, hand_off)
+    assert len(supervisor.asked) == 1  # on_kill ran, and tried to ask
+    time.sleep(1.0)
+    assert names(kube, "pods") == {trigger.pod_name} == names(kube, "leases")
+    assert running(pid)
+    assert kube.call_count(verb="delete") == 0
+
+
 def test_a_kill_while_the_trigger_commits_a_pass_deletes_nothing_more(
     kube: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

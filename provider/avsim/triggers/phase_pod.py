@@ -193,8 +193,8 @@ class PhasePodTrigger(BaseTrigger):
         Airflow 3.3.2's triggerer calls this when it cancels a trigger whose row left its assignment
         (the task instance left ``deferred``), never on a trigger that fired, timed out or is shut down
         with its triggerer. It also calls it when the trigger was handed to another triggerer (this one
-        missed its heartbeats, ``Trigger.assign_unassigned``; apache/airflow#73454, open): the task
-        instance is still deferred then, and the other triggerer's copy watches the same pod, so the
+        missed its heartbeats, ``Trigger.assign_unassigned``): the task instance is still deferred
+        then, or its state cannot be read, and the other triggerer's copy watches the same pod, so the
         pod is left alone. Nothing is committed here: the attempt's record stays ``started``, and the
         phase's next try records it as lost (``infra_failed``/``abandoned``) before it starts its own.
         """
@@ -206,10 +206,10 @@ class PhasePodTrigger(BaseTrigger):
             with contextlib.suppress(Exception):
                 if await asyncio.shield(self._ending) is not None:
                     return
-        if await self._still_deferred():
+        if not await self._killed_by_a_user():
             log.warning(
-                "%s: cancelled while its task instance is still deferred (handed to another triggerer): "
-                "the pod is left to the trigger that runs there",
+                "%s: cancelled while its task instance is still deferred, or its state unknown (handed to "
+                "another triggerer): the pod is left to the trigger that runs there, or to the next try",
                 self.pod_name,
             )
             return
@@ -226,10 +226,12 @@ class PhasePodTrigger(BaseTrigger):
                 log.warning("%s: could not delete the pod (%s: %s)", self.pod_name, type(exc).__name__, exc)
                 await asyncio.sleep(wait)
 
-    async def _still_deferred(self) -> bool:
-        """Whether this trigger's task instance is still deferred (this trigger moved, it was not
-        killed; a clear's next try deferred already has deleted this attempt's pod before creating its
-        own). Unknown (no task instance, the state unreadable) counts as killed, what on_kill means."""
+    async def _killed_by_a_user(self) -> bool:
+        """Whether a user's action ended this trigger: its task instance left ``deferred``. A triggerer
+        that lost its heartbeats has its triggers moved to another with the same cancel, and then often
+        cannot read the state either: no task instance, or a state unread, is not a kill. A pod left
+        running by a kill so missed is deleted by the phase's next try or the shard's sweep
+        (:mod:`avsim.operators.pod_sweep`), never by a guess that could delete a live attempt's pod."""
         ti = getattr(self, "task_instance", None)
         if ti is None:
             return False
@@ -244,13 +246,13 @@ class PhasePodTrigger(BaseTrigger):
             )
         except Exception as exc:
             log.warning(
-                "%s: could not read the task instance's state (%s: %s)",
+                "%s: could not read the task instance's state (%s: %s): not taken as a kill",
                 self.pod_name,
                 type(exc).__name__,
                 exc,
             )
             return False
-        return state == "deferred"
+        return state != "deferred"
 
     async def end_here(self, event: PodEvent) -> TriggerEvent | None:
         """The seam where a subclass ends the task itself instead of firing ``event`` (which resumes
