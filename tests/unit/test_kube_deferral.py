@@ -22,7 +22,7 @@ from avsim.kube import pods
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
 from avsim.operators.kubernetes import DEFERRAL_MARGIN_SECONDS, KubernetesPhaseOperator
-from avsim.phases.contract import AttemptResult, Outcome
+from avsim.phases.contract import Outcome
 from avsim.phases.policy import Role
 
 #: The trigger's event for attempt 2 of a phase whose pod passed.
@@ -121,38 +121,86 @@ def test_a_resumed_phase_rebuilds_its_attempt_without_reading_upstream_xcoms(
     assert pulled == ["standard.prepare"] and again["attempt"].inputs == inputs
 
 
-def test_a_timed_out_deferral_is_recorded_as_an_infrastructure_failure(
-    monkeypatch: pytest.MonkeyPatch,
+class TimedOutTI:
+    """The task instance a timed-out deferral resumes in: its try, and the XComs it pushes."""
+
+    task_id, map_index, max_tries = "standard.prepare", 0, 5
+
+    def __init__(self, try_number: int) -> None:
+        self.try_number = try_number
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def _claimed_by_tries(op: KubernetesPhaseOperator, attempt: PhaseAttempt, tries: list[int]) -> Any:
+    """The phase's attempts claimed in a real ``file://`` ledger, one per try in ``tries``."""
+    from avsim.ledger.records import AttemptRecord
+    from avsim.ledger.store import Ledger
+
+    ledger = Ledger(attempt.layout)
+    for t in tries:
+        ledger.claim_attempt(
+            AttemptRecord(
+                run_key=attempt.layout.run_key, case_id=attempt.case_id, phase="prepare", attempt=0,
+                started_at="2026-12-01T10:00:00+00:00", ended_at="", exit_code=None, outcome=None,
+                reason="", output_uri="", host="h", duration_seconds=0.0, state="started",
+                try_number=t, task_id=op.task_id,
+            )
+        )  # fmt: skip
+    return ledger
+
+
+def test_a_timed_out_deferral_ends_its_own_attempt_and_then_deletes_its_pod(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
+    """The real ledger and service; the Kubernetes API (the pod deletes) is the recorded boundary."""
+    from avsim.operators.exceptions import PhaseRetriable
+
     op, attempt = operator(0)
-    concluded: list[tuple[AttemptResult, str, str]] = []
-    ledger = SimpleNamespace(
-        outcome=lambda case_id, phase: None,  # nothing committed: the timeout is the attempt's failure
-        current_attempt=lambda case_id, phase: 3,
-        attempts=lambda case_id, phase: [SimpleNamespace(attempt=3, started_at="2026-12-01T10:00:00+00:00")],
-    )
+    layout = RunLayout(f"file://{tmp_path}", "avsim_weekly__x")
+    attempt = attempt.with_attempt(1, layout=layout)
+    monkeypatch.setattr(op.service, "layout", layout)
+    ledger = _claimed_by_tries(op, attempt, [1, 2])
     monkeypatch.setattr(op.service, "ledger", ledger)
     monkeypatch.setattr(op, "attempt_for", lambda context, number=0: (attempt.with_attempt(number), ""))
-
-    def conclude(
-        context: Any, a: PhaseAttempt, result: AttemptResult, ns: str, name: str, started: Any
-    ) -> Any:
-        assert a.attempt == 3 and started == dt.datetime(2026, 12, 1, 10, tzinfo=dt.UTC)
-        concluded.append((result, ns, name))
-        return {"outcome": result.outcome.value}
-
-    monkeypatch.setattr(op, "_conclude", conclude)
-    monkeypatch.setattr(op, "_result", lambda context, result: result)
-    assert op.resume_execution("__fail__", {"error": "Trigger timeout"}, {}) == {"outcome": "infra_failed"}
-    ((result, ns, name),) = concluded
-    assert (result.outcome, result.detail) == (Outcome.INFRA_FAILED, "timeout")
-    assert name == pods.pod_name("avsim_weekly__x", attempt.case_id, "prepare", 3) and ns == KUBE.namespace
-    assert "timed out" in result.reason
+    deleted: list[str] = []
+    monkeypatch.setattr(op, "_delete", lambda ns, name, grace=None: deleted.append(name))
+    with pytest.raises(PhaseRetriable, match="timed out"):
+        op.resume_execution("__fail__", {"error": "Trigger timeout"}, {"ti": TimedOutTI(2)})
+    assert deleted == [pods.pod_name("avsim_weekly__x", attempt.case_id, "prepare", 2)]
+    [_, second] = ledger.attempts(attempt.case_id, "prepare")
+    assert (second.state, second.outcome, second.detail) == ("ended", Outcome.INFRA_FAILED, "timeout")
     # Any other failure of the trigger stays Airflow's.
     from airflow.sdk.exceptions import TaskDeferralError
 
     with pytest.raises(TaskDeferralError):
         op.resume_execution("__fail__", {"error": "Trigger failure"}, {})
+
+
+def test_a_timed_out_deferral_never_deletes_a_newer_tries_pod(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Try 1 deferred on attempt 1 and timed out after try 2 took the phase over (attempt 2, its pod
+    live): the fence refuses try 1's end, and attempt 2's pod is left alone."""
+    from avsim.ledger.store import AttemptSuperseded
+
+    op, attempt = operator(0)
+    layout = RunLayout(f"file://{tmp_path}", "avsim_weekly__x")
+    attempt = attempt.with_attempt(1, layout=layout)
+    monkeypatch.setattr(op.service, "layout", layout)
+    ledger = _claimed_by_tries(op, attempt, [1, 2])
+    monkeypatch.setattr(op.service, "ledger", ledger)
+    monkeypatch.setattr(op, "attempt_for", lambda context, number=0: (attempt.with_attempt(number), ""))
+    deleted: list[str] = []
+    monkeypatch.setattr(op, "_delete", lambda ns, name, grace=None: deleted.append(name))
+    with pytest.raises(AttemptSuperseded):
+        op.resume_execution("__fail__", {"error": "Trigger timeout"}, {"ti": TimedOutTI(1)})
+    assert pods.pod_name("avsim_weekly__x", attempt.case_id, "prepare", 2) not in deleted
+    assert deleted == []
+    [_, second] = ledger.attempts(attempt.case_id, "prepare")
+    assert second.state == "started"  # attempt 2 is its try's, untouched
 
 
 def test_an_on_demand_twin_resumes_with_the_case_its_spot_task_handed_over(

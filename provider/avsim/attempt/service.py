@@ -362,6 +362,15 @@ class AttemptService(AttemptBooks):
             return Done(result_of(committed)), number
         return None, number
 
+    def attempt_of_try(self, try_number: int, task_id: str) -> int | None:
+        """The attempt try ``try_number`` of task ``task_id`` claimed last (None: it claimed none)."""
+        mine = [
+            r.attempt
+            for r in self.ledger.attempts(self.args.case_id, self.phase)
+            if r.try_number == try_number and (not r.task_id or r.task_id == task_id)
+        ]
+        return max(mine, default=None)
+
     def started_at(self, attempt: int) -> dt.datetime:
         """When attempt ``attempt`` was claimed (now, when its record is not found)."""
         records = [r for r in self.ledger.attempts(self.args.case_id, self.phase) if r.attempt == attempt]

@@ -372,6 +372,9 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
                 committed.result.attempt,
             )
             return self._result(context, committed.xcom())
+        # The attempt this try deferred on, not the phase's current one: a newer try may own that.
+        ti = context["ti"]
+        number = self.service.attempt_of_try(int(ti.try_number), str(ti.task_id)) or number
         attempt, _ = self.attempt_for(context, number)
         started = self.service.started_at(number)
         name = pods.pod_name(attempt.layout.run_key, attempt.case_id, attempt.phase, number)
@@ -388,7 +391,11 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
             Detail.TIMEOUT,
             name,
         )
-        return self._result(context, self._conclude(context, attempt, result, namespace, name, started))
+        # The fence first: the pod is deleted only once this try has ended the attempt it owns (a
+        # newer try's ownership raises AttemptSuperseded here, and its pod is left to it).
+        ended = self.record_end(context, attempt, result, started)
+        self._delete(namespace, name)
+        return self._result(context, self.finish(context, ended))
 
     def phase_complete(
         self,

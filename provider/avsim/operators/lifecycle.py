@@ -182,10 +182,19 @@ class PhaseLifecycle:
         self, context: Context, attempt: PhaseAttempt, result: AttemptResult, started: dt.datetime
     ) -> dict[str, Any]:
         """Record and classify the attempt's end: return the phase's result or raise by class."""
+        return self._finish(context["ti"], self.record_end(context, attempt, result, started))
+
+    def record_end(
+        self, context: Context, attempt: PhaseAttempt, result: AttemptResult, started: dt.datetime
+    ) -> Ended:
+        """Record the attempt's end behind the ledger's fence and decide; nothing raised but
+        :class:`~avsim.ledger.store.AttemptSuperseded` (a newer try owns the phase)."""
         ti = context["ti"]
-        return self._finish(
-            ti, self.service.end(self.try_view(ti), attempt, result, started, _TaskSide(self, ti))
-        )
+        return self.service.end(self.try_view(ti), attempt, result, started, _TaskSide(self, ti))
+
+    def finish(self, context: Context, ended: Ended) -> dict[str, Any]:
+        """The task's end for a decision :meth:`record_end` took: its return value, or the exception."""
+        return self._finish(context["ti"], ended)
 
     def _finish(self, ti: Any, ended: Ended) -> dict[str, Any]:
         """The task's end in Airflow's terms: the result as its return value, or the exception."""
