@@ -261,6 +261,7 @@ def test_the_plan_command_speaks_of_the_pools_pace_and_the_loop(tmp_path: Path) 
         "20",
         "--no-search",
         "--admission",
+        "cases_in_flight",
         "--shard-size",
         "10",
     ]
@@ -284,7 +285,9 @@ def test_the_plan_command_speaks_of_the_pools_pace_and_the_loop(tmp_path: Path) 
     assert "WARNING: the scheduler cannot feed the pools" in slow.output
     assert "x 900 ms (--scheduler-ms-per-task-instance)" in slow.output
     # the window of whole shard runs ([avsim] admission = window); JSON carries the same figures
-    window = runner.invoke(app, [*args[:-3], *args[-2:], "--window", "--max-active-shards", "2", "--json"])
+    window = runner.invoke(
+        app, [*args[:-4], *args[-2:], "--admission", "window", "--max-active-shards", "2", "--json"]
+    )
     assert window.exit_code == 0, window.output
     doc = json.loads(window.output)["admission"]
     assert doc["admitting"] is False and doc["cases_in_flight"] == 20

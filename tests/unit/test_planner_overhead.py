@@ -222,7 +222,8 @@ def test_the_plan_command_takes_the_overhead_from_its_option_or_the_configuratio
         "10",
         "--max-active-shards",
         "2",
-        "--window",
+        "--admission",
+        "window",
         "--scheduler-ms-per-task-instance",
         "0",
     ]
