@@ -13,8 +13,10 @@ import dataclasses
 import datetime as dt
 import logging
 import socket
+import time
+from collections.abc import Callable
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from avsim.artifacts import RunLayout
 from avsim.attempt.args import PhaseArgs
@@ -30,7 +32,9 @@ from avsim.phases import contract, policy
 from avsim.phases.contract import AttemptResult, Detail, Outcome
 from avsim.phases.policy import Action, Decision
 
-__all__ = ["AttemptBooks", "class_of", "published", "result_of", "utcnow"]
+__all__ = ["AttemptBooks", "class_of", "patiently", "published", "result_of", "utcnow"]
+
+T = TypeVar("T")
 
 
 def utcnow() -> dt.datetime:
@@ -182,7 +186,8 @@ class AttemptBooks:
         if rec.outcome is Outcome.PREEMPTED:
             self.meter.preemption(self.phase, node_class)
         first = rec.attempt == 1 and rec.outcome is not Outcome.PREEMPTED and not self.args.is_run_level
-        if first and self.breaker.record(rec.outcome.counts_against_build, self.where(rec.attempt)):
+        evidence = contract.is_build_evidence(rec.outcome, rec.detail)
+        if first and self.breaker.record(evidence, self.where(rec.attempt)):
             self.meter.breaker_trip(self.descriptor.build_id, self.breaker.digest)
 
     def outputs_checked(self, result: AttemptResult, output_uri: str) -> tuple[AttemptResult, Any]:
@@ -191,17 +196,18 @@ class AttemptBooks:
         a result whose declared outputs are missing is ``infra_failed``/``missing_output``."""
         if not result.outcome.produced_output:
             return result, None
-        from avsim import storage
-
         try:
-            doc = storage.read_json(f"{output_uri}/{contract.RESULT_FILE}")
-        except (FileNotFoundError, OSError, ValueError):
-            doc = None
-        missing = [
-            name
-            for name in contract.declared_outputs(doc)
-            if (doc is None if name == contract.RESULT_FILE else not storage.exists(f"{output_uri}/{name}"))
-        ]
+            doc, missing = patiently(lambda: _missing_outputs(output_uri), STORE_PATIENCE_SECONDS)
+        except Exception as exc:  # the store did not answer: neither the phase's failure nor the build's
+            checked = dataclasses.replace(
+                result,
+                outcome=Outcome.INFRA_FAILED,
+                detail=Detail.STORAGE_UNAVAILABLE,
+                reason=f"its outputs could not be checked: the artifact store did not answer for "
+                f"{STORE_PATIENCE_SECONDS:g}s ({type(exc).__name__}: {str(exc)[:200]})",
+            )
+            self.log.error("%s: %s", self.where(), checked.reason)
+            return checked, None
         checked = contract.classify_outputs(result, missing)
         if checked is not result:
             self.log.error("%s: %s", self.where(), checked.reason)
@@ -297,6 +303,46 @@ class AttemptBooks:
             key[:12],
         )
         return Done(result_of(self.ledger.outcome(claimed.case_id, self.phase) or rec))
+
+
+# -- the store's answers ---------------------------------------------------------------------------
+#: How long an attempt's end waits for an artifact store that does not answer (a blip, a failover)
+#: before it is recorded ``infra_failed``/``storage_unavailable``.
+STORE_PATIENCE_SECONDS = 60.0
+
+
+def patiently(read: Callable[[], T], patience_seconds: float) -> T:
+    """``read()``, again after 1, 2, 4, ... s (at most 10 s apart) while it fails other than with
+    FileNotFoundError or ValueError (answers, not outages), until ``patience_seconds`` have passed:
+    then its last error is raised."""
+    began, delay = time.monotonic(), 1.0
+    while True:
+        try:
+            return read()
+        except (FileNotFoundError, ValueError):
+            raise
+        except Exception:
+            if time.monotonic() - began + delay > patience_seconds:
+                raise
+            time.sleep(delay)
+            delay = min(2 * delay, 10.0)
+
+
+def _missing_outputs(output_uri: str) -> tuple[Any, list[str]]:
+    """``result.json`` under ``output_uri`` (None when absent or not JSON) and the declared outputs
+    missing there."""
+    from avsim import storage
+
+    try:
+        doc = storage.read_json(f"{output_uri}/{contract.RESULT_FILE}")
+    except (FileNotFoundError, ValueError):
+        doc = None
+    missing = [
+        name
+        for name in contract.declared_outputs(doc)
+        if (doc is None if name == contract.RESULT_FILE else not storage.exists(f"{output_uri}/{name}"))
+    ]
+    return doc, missing
 
 
 # -- answers --------------------------------------------------------------------------------------

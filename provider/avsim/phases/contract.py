@@ -289,6 +289,19 @@ class Detail(StrEnum):
     SPAWN = "spawn"
     #: The pod trigger could not watch the pod, and the worker could not read it either.
     WATCH_ERROR = "watch_error"
+    #: The artifact store did not answer while the attempt's outputs were checked: the store's failure,
+    #: not the build's (:func:`is_build_evidence`).
+    STORAGE_UNAVAILABLE = "storage_unavailable"
+
+
+#: Details of a class that counts against the build which say the platform, not the build, failed.
+NOT_BUILD_EVIDENCE: frozenset[str] = frozenset({Detail.STORAGE_UNAVAILABLE})
+
+
+def is_build_evidence(outcome: Outcome | None, detail: str = "") -> bool:
+    """Whether an attempt that ended ``outcome``/``detail`` is evidence of a bad build (the canary gate,
+    the circuit breaker): its class counts against the build, and its detail does not clear it."""
+    return outcome is not None and outcome.counts_against_build and detail not in NOT_BUILD_EVIDENCE
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any
 
 from avsim.contracts.week import ShardSummary
 from avsim.ledger.records import AttemptRecord
-from avsim.phases.contract import Outcome
+from avsim.phases.contract import Outcome, is_build_evidence
 
 PASSED = "passed"
 FAILED = "failed"
@@ -122,7 +122,7 @@ def gate_decision(
         recs = list(records)
         if recs:
             finished += 1
-        bad = [r for r in recs if r.outcome is not None and r.outcome.counts_against_build]
+        bad = [r for r in recs if is_build_evidence(r.outcome, r.detail)]
         if bad:
             failed_cases += 1
             for r in bad:
