@@ -181,3 +181,79 @@ def test_a_plan_that_does_not_parse_is_an_error_event_naming_the_field() -> None
     assert trigger.serialize()[1]["plan"] == {"threshold": 0.5, "cases": {}}
     event = _decide(trigger)
     assert event["status"] == "error" and "cases" in str(event["message"])
+
+
+# -- a gate whose canary task ended without running the canary cannot wait for ever --------------------
+class _Supervisor:
+    """The triggerer's supervisor as the trigger's state read reaches it (the honest boundary: the
+    execution API); it answers the ``canary`` task's state, or fails like an unreachable API."""
+
+    def __init__(self, state: str | None, fails: bool = False) -> None:
+        self.state, self.fails, self.asked = state, fails, 0
+
+    def send(self, msg: object) -> object:
+        from airflow.sdk.execution_time.comms import GetTaskStates, TaskStatesResult
+
+        assert isinstance(msg, GetTaskStates), msg
+        self.asked += 1
+        if self.fails:
+            raise ConnectionError("the API server is not answering")
+        return TaskStatesResult(task_states={"r1": {"canary": self.state}})
+
+
+def _watching_trigger(root: str, since: str) -> CanaryGateTrigger:
+    _, kwargs = _trigger(root).serialize()
+    task = {"dag_id": "avsim_weekly", "run_id": "r1", "task_id": "canary"}
+    return CanaryGateTrigger(**{**kwargs, "since": since, "canary_task": task})
+
+
+def _round_that_cannot_start(root: str) -> None:
+    """The canary crashed and the gate opened the breaker; the week was cleared, and the gate's round
+    began "now" while the `canary` task was pending: it then refused (the breaker still open)."""
+    for case in ("c1", "c2", "c3"):
+        _attempt(root, case, 1, "infra_failed", T_FIRST)
+
+
+def test_a_gate_whose_canary_task_refused_fails_at_once_without_tripping_the_breaker(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from airflow.sdk.execution_time import task_runner
+
+    root = f"file://{tmp_path}"
+    _round_that_cannot_start(root)
+    supervisor = _Supervisor("failed")
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", supervisor, raising=False)
+    event = _decide(_watching_trigger(root, T_CLEAR))
+    assert event["status"] == "stalled", event
+    assert "canary task ended failed" in str(event["message"]) and "clear canary and canary_gate" in str(
+        event["message"]
+    )
+    assert supervisor.asked == 1
+    assert not Breaker(root, "sha256:" + "c" * 64).state().is_open  # no verdict on the build
+
+
+def test_a_gate_waits_while_its_canary_task_may_still_run_or_cannot_be_read(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from airflow.sdk.execution_time import task_runner
+
+    root = f"file://{tmp_path}"
+    _round_that_cannot_start(root)
+    for supervisor in (_Supervisor("scheduled"), _Supervisor(None, fails=True)):
+        monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", supervisor, raising=False)
+        trigger = _watching_trigger(root, T_CLEAR)
+        assert trigger.canary_task_ended() == ""
+        seen: dict[str, dict[str, AttemptRecord]] = {c: {} for c in trigger.canary_cases}
+        assert trigger.check(seen).state == "waiting"
+
+
+def test_the_gate_sensor_fails_a_stalled_gate_without_retry_and_bounds_its_wait() -> None:
+    import pytest
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from avsim.sensors.canary_gate import GATE_TIMEOUT, CanaryGateSensor
+
+    gate = CanaryGateSensor(task_id="canary_gate", run={}, canary={})
+    assert gate.timeout == GATE_TIMEOUT.total_seconds() <= 24 * 3600
+    with pytest.raises(AirflowFailException, match="cannot decide"):
+        gate.execute_complete({}, {"status": "stalled", "message": "canary gate cannot decide: ..."})

@@ -93,6 +93,10 @@ class CanaryGateFailed(AirflowFailException):
     """The canary's crash and bad-build rate passed the threshold: the rest of the week is not started."""
 
 
+class CanaryGateStalled(AirflowFailException):
+    """The canary gate cannot decide: the ``canary`` task ended without running the canary this round."""
+
+
 class ShardNeedsAttention(AirflowFailException):
     """A shard run's cases ended with failures an engineer must look at (:mod:`avsim.verdict`): the
     summary is written; the shard run, and its map index in the weekly run, end failed."""

@@ -35,6 +35,8 @@ from avsim.phases.contract import Outcome, is_build_evidence
 PASSED = "passed"
 FAILED = "failed"
 WAITING = "waiting"
+#: The gate can never decide: the ``canary`` task ended without running the canary this round.
+STALLED = "stalled"
 
 
 def canary_size(cases: int, share: float, min_cases: int) -> int:

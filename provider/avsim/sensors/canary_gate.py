@@ -26,10 +26,14 @@ from airflow.sdk import BaseSensorOperator
 from avsim.contracts import RunDescriptor
 from avsim.contracts.week import canary_plan
 from avsim.operators.exceptions import CanaryGateFailed
-from avsim.plan.canary import PASSED, round_since
+from avsim.plan.canary import PASSED, STALLED, round_since
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+
+#: The longest a canary gate waits for its canary (Airflow's sensors default to 7 days).
+GATE_TIMEOUT = dt.timedelta(hours=24)
 
 
 class CanaryGateSensor(BaseSensorOperator):
@@ -51,6 +55,8 @@ class CanaryGateSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("mode", "reschedule")
+        # A backstop only: a gate that can never decide fails at once (its trigger's ``stalled``).
+        kwargs.setdefault("timeout", GATE_TIMEOUT.total_seconds())
         super().__init__(**kwargs)
         self.run = run
         self.canary = canary
@@ -72,6 +78,11 @@ class CanaryGateSensor(BaseSensorOperator):
                 plan=plan.to_json(),
                 poll_interval=self.poll_interval,
                 since=self.round_since(context, run, plan.shard),
+                canary_task={
+                    "dag_id": context["ti"].dag_id,
+                    "run_id": context["dag_run"].run_id,
+                    "task_id": self.canary_task_id,
+                },
             ),
             method_name="execute_complete",
             # Every deferral ends: a canary that never finishes fails the gate after the sensor's timeout.
@@ -129,6 +140,10 @@ class CanaryGateSensor(BaseSensorOperator):
             from airflow.sdk.exceptions import AirflowException
 
             raise AirflowException(f"canary gate could not decide: {event.get('message')}")
+        if status == STALLED:
+            from avsim.operators.exceptions import CanaryGateStalled
+
+            raise CanaryGateStalled(str(event.get("message")))
         passed = status == PASSED
         metrics.canary_decision(RunDescriptor.model_validate(self.run).build_id, passed)
         self.log.info("%s", event.get("message"))

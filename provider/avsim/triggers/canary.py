@@ -4,7 +4,9 @@ It reads, at an interval, the canary cases' phases' first attempts of the gate's
 attempt records in order, until one is its evidence: :func:`avsim.plan.canary.attempt_evidence`; a
 decided phase is kept), and whether the canary shard run has written its summary this round. It writes
 the gate's state to ``canary/gate.json`` (for the report and the UI page) whenever it changes, and
-fires one event when the gate is decided (``passed`` / ``failed``) or cannot be (``error``).
+fires one event when the gate is decided (``passed`` / ``failed``), cannot be (``error``), or never
+will be: ``stalled`` when the ``canary`` task ended without running the canary this round (it refused
+or failed), so no new attempt can come.
 Arguments are JSON-friendly; the classpath comes from ``__module__``/``__qualname__``.
 """
 
@@ -24,6 +26,7 @@ from avsim.ledger.records import AttemptRecord
 from avsim.plan.canary import (
     FAILED,
     SKIP,
+    STALLED,
     TAKE,
     WAITING,
     GateDecision,
@@ -32,6 +35,9 @@ from avsim.plan.canary import (
     summary_is_current,
 )
 
+#: States of the ``canary`` task in which it will not run the canary again without a user's clear.
+CANARY_TASK_ENDED = frozenset({"failed", "upstream_failed", "skipped", "removed"})
+
 
 class CanaryGateTrigger(BaseTrigger):
     """:param plan: the week's canary plan (:class:`avsim.contracts.week.CanaryPlan`, as JSON): its
@@ -39,10 +45,20 @@ class CanaryGateTrigger(BaseTrigger):
         build and image) in its shard run's conf.
     :param since: when the gate's round began (ISO-8601 UTC; "" for the first round: every attempt
         counts), see :func:`avsim.plan.canary.round_since`.
+    :param canary_task: the weekly run's ``canary`` task (``dag_id``, ``run_id``, ``task_id``), whose end
+        without a current canary summary stalls the gate; empty: not watched.
     """
 
-    def __init__(self, *, plan: dict[str, Any], poll_interval: float = 30.0, since: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        plan: dict[str, Any],
+        poll_interval: float = 30.0,
+        since: str = "",
+        canary_task: dict[str, str] | None = None,
+    ) -> None:
         super().__init__()
+        self.canary_task = dict(canary_task or {})
         #: As given (JSON): parsed where it is read, in :meth:`run`'s error handling.
         self.plan_doc = dict(plan)
         self.poll_interval = float(poll_interval)
@@ -66,7 +82,12 @@ class CanaryGateTrigger(BaseTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {"plan": self.plan_doc, "poll_interval": self.poll_interval, "since": self.since},
+            {
+                "plan": self.plan_doc,
+                "poll_interval": self.poll_interval,
+                "since": self.since,
+                "canary_task": self.canary_task,
+            },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -81,6 +102,10 @@ class CanaryGateTrigger(BaseTrigger):
                     last_state = state
                 if decision.state != WAITING:
                     yield TriggerEvent({"status": decision.state, **state})
+                    return
+                ended = await asyncio.to_thread(self.canary_task_ended)
+                if ended:
+                    yield TriggerEvent({"status": STALLED, **state, "message": self.stalled_message(ended)})
                     return
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:
@@ -115,6 +140,33 @@ class CanaryGateTrigger(BaseTrigger):
             threshold=self.plan.threshold,
             canary_done=summary_is_current(summary, self.since),
             build=self.plan.conf.run.build_id,
+        )
+
+    def canary_task_ended(self) -> str:
+        """The ``canary`` task's state when it ended without a success ("" while it may still run the
+        canary, or when its state cannot be read: the gate keeps waiting)."""
+        if not self.canary_task:
+            return ""
+        from avsim import airflow_internals
+
+        try:
+            state = airflow_internals.task_instance_state(
+                airflow_internals.runtime_task_instance(),
+                self.canary_task["dag_id"],
+                self.canary_task["run_id"],
+                self.canary_task["task_id"],
+            )
+        except Exception as exc:
+            self.log.warning("the canary task's state could not be read (%s): the gate waits", exc)
+            return ""
+        return state if state in CANARY_TASK_ENDED else ""
+
+    def stalled_message(self, state: str) -> str:
+        task = self.canary_task.get("task_id", "canary")
+        return (
+            f"canary gate cannot decide: the {task} task ended {state} without running the canary this round "
+            f"(its log says why: a breaker left open, a repair that failed), so no new canary attempt can "
+            f"come. Fix that, then clear {task} and canary_gate together (docs/operations.md, runbook 1)"
         )
 
     def record(self, decision: GateDecision) -> None:
