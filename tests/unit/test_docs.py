@@ -52,3 +52,20 @@ def test_the_quoted_unknown_graph_error_is_the_validators() -> None:
     for page in (ROOT / "README.md", ROOT / "docs" / "manifest.md"):
         flat = " ".join(page.read_text().split())
         assert quoted in flat, f"{page.name} does not quote {quoted}"
+
+
+#: User docs say what is, not how it came to be (docs/performance.md is the log of measurements).
+HISTORY_FREE = [
+    "README.md",
+    "docs/concepts.md",
+    "docs/writing-a-phase.md",
+    "docs/design.md",
+    "docs/manifest.md",
+]
+HISTORY_FREE += ["docs/operations.md", "docs/deployment.md"]
+
+
+@pytest.mark.parametrize("name", HISTORY_FREE)
+def test_user_docs_cite_no_issue_of_this_project(name: str) -> None:
+    found = re.findall(r"(?i)\bissues? \d+[^.\n]*", (ROOT / name).read_text())
+    assert not found, f"{name} cites this project's issues: {found}"
