@@ -43,8 +43,8 @@ airflow users reset-password --username "${AVSIM_SERVICE_USER}" --password "${AV
 
 step "pools from ${capacity}"
 if [[ ! -f "${capacity}" ]]; then
-  echo "avsim init: no capacity file at ${capacity}; mount the repository's dags/ at the DAGs folder" \
-    "or set AVSIM_CAPACITY_FILE" >&2
+  echo "avsim init: no capacity file at ${capacity}; mount docker/avsim_capacity.yaml there" \
+    "(docker-compose.yml does) or set AVSIM_CAPACITY_FILE" >&2
   exit 1
 fi
 avsim pools sync "${capacity}"
