@@ -23,9 +23,7 @@ _SAMPLED = ("airflow", "kubernetes_asyncio", "kubernetes", "pydantic")
 
 def _missing(package_dir: Path) -> int:
     return sum(
-        1
-        for f in package_dir.rglob("*.py")
-        if not Path(importlib.util.cache_from_source(str(f))).exists()
+        1 for f in package_dir.rglob("*.py") if not Path(importlib.util.cache_from_source(str(f))).exists()
     )
 
 

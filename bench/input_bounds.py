@@ -12,7 +12,8 @@ is) beyond the fixed cost of a child that validates a tiny manifest. For every s
   the bound docs/security.md states (:mod:`avsim.manifest.bounded`); at most 1 when it holds;
 * the time exponent: the slope of log(time) against log(bytes) over the shape's sizes (1: linear).
 
-Each size is measured three times (the least time, the largest RSS). It prints one line per size, then ``input_bounds: worst_memory_ratio=R worst_time_exponent=E``.
+Each size is measured ``--repeats`` times, 3 (the least time, the largest RSS). It prints one line per
+size, then ``input_bounds: worst_memory_ratio=R worst_time_exponent=E``.
 Every child runs under ``RLIMIT_AS`` of 3 GiB, so a regression cannot take the machine with it
 (a child killed by it counts as a ratio of 99).
 
@@ -212,6 +213,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (about a minute)")
     parser.add_argument("--shape", action="append", help="only these shapes")
+    parser.add_argument("--repeats", type=int, default=3, help="measurements of each size")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "provider"))
     from avsim.manifest.bounded import memory_bound
@@ -228,8 +230,9 @@ def main() -> None:
                 path.write_text(make(n))
                 size = path.stat().st_size
                 t0 = time.perf_counter()
-                # Three runs, the least CPU time (cache misses from other work only add) and the largest RSS.
-                runs = [measure(path) for _ in range(3)]
+                # Each size --repeats times: the least CPU time (cache misses from other work only add)
+                # and the largest RSS.
+                runs = [measure(path) for _ in range(max(1, args.repeats))]
                 seconds = min(r[0] for r in runs)
                 rss = max(r[1] for r in runs)
                 what = runs[0][2]
