@@ -79,13 +79,14 @@ RELIED_ON: dict[str, tuple[str, ...]] = {
     ),
     "XComModel": ("dag_run_id", "dag_id", "run_id", "task_id", "map_index", "key", "value"),
     "DagModel": ("dag_id",),
+    "DagTag": ("dag_id", "name"),
     "Pool": ("pool", "slots"),
 }
 
 
 def models() -> dict[str, Any]:
     """Airflow's ORM models avsim queries, by name."""
-    from airflow.models.dag import DagModel
+    from airflow.models.dag import DagModel, DagTag
     from airflow.models.dagrun import DagRun
     from airflow.models.pool import Pool
     from airflow.models.taskinstance import TaskInstance
@@ -98,6 +99,7 @@ def models() -> dict[str, Any]:
         "DagRun": DagRun,
         "XComModel": XComModel,
         "DagModel": DagModel,
+        "DagTag": DagTag,
         "Pool": Pool,
     }
 
@@ -114,6 +116,28 @@ def requires_authenticated() -> Any:
     from airflow.api_fastapi.core_api.security import requires_authenticated as dependency
 
     return dependency
+
+
+def request_user() -> Any:
+    """The api-server's dependency that gives the request's user (token or session), refusing the rest."""
+    from airflow.api_fastapi.core_api.security import get_user
+
+    return get_user
+
+
+def may_read_dag_runs(user: Any, dag_id: str) -> bool:
+    """Whether Airflow's auth manager lets ``user`` read the runs of ``dag_id`` (per-DAG permissions,
+    as the api-server's own run routes ask it)."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+    from airflow.models.dag import DagModel
+
+    return get_auth_manager().is_authorized_dag(
+        method="GET",
+        access_entity=DagAccessEntity.RUN,
+        details=DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id)),
+        user=user,
+    )
 
 
 def runtime_task_instance() -> type[Any]:

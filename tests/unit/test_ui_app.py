@@ -1,7 +1,8 @@
 """The avsim app's routes: pages, JSON API, case page, artifact files (and refused paths), report, links.
 
-Airflow's authentication is replaced by "allow" here: no auth manager runs in a unit test.
-tests/integration/test_ui_browser.py checks the real one (a forged token and no token refused).
+Airflow's auth manager is replaced here by a policy of the test's (which DAGs' runs the user may
+read), behind the app's one reader dependency; tests/integration/test_ui_access.py checks the real
+one (FAB, per-DAG roles, real logins) and tests/integration/test_ui_browser.py refused tokens.
 """
 
 from __future__ import annotations
@@ -26,8 +27,39 @@ KEY = "avsim_weekly__manual__2026-12-07T06_00_00_00_00"
 Q_RUN = "manual__2026-12-07T06%3A00%3A00%2B00%3A00"
 
 
+#: The DAGs the builder makes for the week (tagged avsim), and one of another team's.
+AVSIM_DAGS = ("avsim_weekly", "avsim_weekly_shard")
+OTHER_DAG = "etl_daily"
+#: The DAGs the test's user may read (every one unless a test narrows it).
+READABLE: set[str] = set()
+
+
+def add_dags(engine: Any, tags: dict[str, list[str]]) -> None:
+    """DAG rows with their tags, as the dag-processor writes them."""
+    from airflow.models.dag import DagModel, DagTag
+    from sqlalchemy import insert
+
+    with engine.begin() as conn:
+        conn.execute(
+            insert(DagModel.__table__),
+            [
+                {
+                    "dag_id": d,
+                    "bundle_name": "dags-folder",
+                    "max_active_tasks": 16,
+                    "max_consecutive_failed_dag_runs": 0,
+                    "has_task_concurrency_limits": False,
+                }
+                for d in tags
+            ],
+        )
+        rows = [{"dag_id": d, "name": t} for d, names in tags.items() for t in names]
+        conn.execute(insert(DagTag.__table__), rows)
+
+
 @pytest.fixture
 def week(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[TestClient, RunLayout, Any]]:
+    from avsim.ui.access import Reader
     from avsim.ui.app import create_app, db_session
 
     engine = metadata_engine(tmp_path / "airflow.db")
@@ -38,13 +70,19 @@ def week(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Test
     )
     with engine.begin() as conn:
         truth = build_week(conn, spec, root)
+    add_dags(
+        engine, {"avsim_weekly": ["avsim", "avsim-weekly"], "avsim_weekly_shard": ["avsim", "avsim-shard"]}
+    )
+    add_dags(engine, {OTHER_DAG: ["etl"]})
+    READABLE.clear()
+    READABLE.update({*AVSIM_DAGS, OTHER_DAG})
     app = create_app()
 
     def session() -> Iterator[Session]:
         with Session(engine) as s:
             yield s
 
-    app.dependency_overrides[app.state.auth_dependency] = lambda: None
+    app.dependency_overrides[app.state.reader_dependency] = lambda: Reader(READABLE.__contains__)
     app.dependency_overrides[db_session] = session
     with TestClient(app) as client:
         yield client, RunLayout(root, KEY), truth
@@ -299,3 +337,92 @@ def test_the_page_colours_each_class_as_the_report_does() -> None:
     bars = json.loads(re.search(r"const COLOURS = (\{.*?\});", page, re.S).group(1))
     assert set(RANK) - {RUNNING, WAITING, SKIPPED} <= set(bars)
     assert {k: bars[k] for k in COLOURS} == COLOURS
+
+
+def test_every_route_asks_the_reader() -> None:
+    """No route of the app is served without the per-DAG check (a new route must take the reader)."""
+    from fastapi.routing import APIRoute
+
+    from avsim.ui.app import create_app
+
+    app = create_app()
+    routes = [r for r in app.routes if isinstance(r, APIRoute)]
+    assert len(routes) == 11
+    for route in routes:
+        calls = {d.call for d in route.dependant.dependencies}
+        assert app.state.reader_dependency in calls, route.path
+
+
+def _routes_of_the_week(client: TestClient, truth: Any) -> list[str]:
+    """One URL of every route that shows something of the week."""
+    case_id = truth.failures[0][0]
+    tab = client.get(f"/api/runs/{KEY}/cases/{case_id}").json()["phases"][0]["task_instance"]
+    return [
+        f"/dags/avsim_weekly/runs/{Q_RUN}",
+        f"/api/runs/avsim_weekly/{Q_RUN}/progress",
+        f"/dags/avsim_weekly_shard/runs/{Q_RUN}__shard_0001",
+        f"/dags/avsim_weekly/runs/{Q_RUN}/report",
+        f"/dags/avsim_weekly_shard/runs/{tab['run_id']}/tasks/{tab['task_id']}/mapped/{tab['map_index']}",
+        f"/runs/{KEY}/cases/{case_id}",
+        f"/api/runs/{KEY}/cases/{case_id}",
+        f"/runs/{KEY}/report",
+        f"/runs/{KEY}/report/",
+        f"/runs/{KEY}/files/",
+        f"/runs/{KEY}/files/report/cases.csv",
+    ]
+
+
+def test_a_user_who_may_not_read_the_weekly_dag_gets_403_and_nothing_of_it(week: Any) -> None:
+    from avsim.contracts.week import ShardSummary
+    from avsim.report.build import build_report, write_report
+
+    client, layout, truth = week
+    summary = ShardSummary.model_validate(
+        {"shard": 0, "cases": [{"case_id": "c-1", "graph": "standard", "outcome": "passed", "phases": {}}]}
+    )
+    write_report(layout, build_report({}, [summary], {}, run_id=RUN_ID, generated_at="now"))
+    urls = _routes_of_the_week(client, truth)
+    allowed = {u: client.get(u, follow_redirects=False).status_code for u in urls}
+    assert set(allowed.values()) <= {200, 307}, [u for u, s in allowed.items() if s not in (200, 307)]
+    assert client.get("/runs").json() == [KEY]
+
+    READABLE.clear()
+    READABLE.add(OTHER_DAG)
+    for url in urls:
+        resp = client.get(url, follow_redirects=False)
+        assert (resp.status_code, resp.json()) == (403, {"detail": "Forbidden"}), url
+    assert client.get("/runs").json() == []
+    index = client.get("/")
+    assert index.status_code == 200 and "No weekly run yet." in index.text and "No report yet." in index.text
+    assert RUN_ID not in index.text and KEY not in index.text
+    # A run that does not exist is refused alike: a 403 does not say whether the run exists.
+    assert client.get("/dags/avsim_weekly/runs/no-such-run").status_code == 403
+
+    # The shard DAG alone is not enough: its pages show the weekly run.
+    READABLE.add("avsim_weekly_shard")
+    assert client.get(f"/dags/avsim_weekly_shard/runs/{Q_RUN}__shard_0001").status_code == 403
+    READABLE.add("avsim_weekly")
+    assert client.get(f"/dags/avsim_weekly_shard/runs/{Q_RUN}__shard_0001").status_code == 200
+
+
+def test_another_dags_run_is_not_an_avsim_run_said_in_a_sentence(week: Any) -> None:
+    """The tabs show on every DAG's runs and task instances: elsewhere the page says so, in HTML."""
+    client, _layout, _truth = week
+    for url in (
+        f"/dags/{OTHER_DAG}/runs/scheduled__2026-12-07",
+        f"/dags/{OTHER_DAG}/runs/scheduled__2026-12-07/tasks/load/mapped/-1",
+    ):
+        resp = client.get(url)
+        assert resp.status_code == 404 and resp.headers["content-type"].startswith("text/html"), url
+        assert (
+            f'id="notice">The run scheduled__2026-12-07 of {OTHER_DAG} is not an avsim run: {OTHER_DAG} '
+            "is no DAG of avsim.</p>" in resp.text
+        )
+        assert 'localStorage.getItem("theme")' in resp.text and "prefers-color-scheme" in resp.text
+    # An avsim DAG's run that is no weekly run, and a task that is no phase of a case.
+    page = client.get("/dags/avsim_weekly/runs/no-such-run")
+    assert page.status_code == 404 and "is not an avsim weekly run in the metadata database" in page.text
+    tab = client.get(f"/dags/avsim_weekly/runs/{Q_RUN}/tasks/prepare/mapped/-1")
+    assert tab.status_code == 404 and "is not an avsim phase with a case" in tab.text
+    api = client.get(f"/api/runs/{OTHER_DAG}/r1/progress")
+    assert api.status_code == 404 and "is not an avsim run" in api.json()["detail"]

@@ -19,20 +19,28 @@ from avsim.ui import run_docs
 from avsim.ui.files import check_segment, resolve
 
 
-def weekly_run_of(session: Session, run_key: str) -> tuple[str, str] | None:
-    """(dag id, run id) of the weekly run whose prepare recorded this run key, if any."""
+def weekly_runs_by_key(session: Session) -> dict[str, tuple[str, str]]:
+    """(dag id, run id) of every weekly run whose prepare recorded a run descriptor, by run key: the
+    key it recorded and the key of its ids."""
     XComModel = airflow_internals.models()["XComModel"]
 
+    found: dict[str, tuple[str, str]] = {}
     for dag_id, run_id, value in session.execute(
         select(XComModel.dag_id, XComModel.run_id, XComModel.value).where(
             XComModel.key == RUN_XCOM_KEY, XComModel.task_id == PREPARE_TASK_ID
         )
     ).all():
         desc = run_docs.run_descriptor(value, f"{dag_id} {run_id}")
-        key = desc.run_key if desc else None
-        if key == run_key or run_key_for(dag_id, run_id) == run_key:
-            return str(dag_id), str(run_id)
-    return None
+        week = (str(dag_id), str(run_id))
+        found.setdefault(run_key_for(*week), week)
+        if desc is not None:
+            found[desc.run_key] = week
+    return found
+
+
+def weekly_run_of(session: Session, run_key: str) -> tuple[str, str] | None:
+    """(dag id, run id) of the weekly run whose prepare recorded this run key, if any."""
+    return weekly_runs_by_key(session).get(run_key)
 
 
 def task_instances(session: Session, dag_id: str, run_id: str, case_id: str) -> list[dict[str, Any]]:

@@ -13,32 +13,38 @@ from typing import Any
 
 from avsim.phases.contract import NOT_RUN, Outcome
 from avsim.report.plots import COLOURS
+from avsim.ui import theme
 from avsim.ui.progress import FAILED
 
 REFRESH_SECONDS = 15
 
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
-header{background:#1d2330;color:#fff;padding:14px 24px}
+CSS = (
+    theme.CSS
+    + """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:var(--fg);background:var(--bg)}
+a{color:var(--link)}
+header{background:var(--head);color:var(--fg);padding:14px 24px;border-bottom:1px solid var(--border)}
 header h1{margin:0 0 4px;font-size:20px}
-header .meta{color:#c5cad6;font-size:13px}
-header a{color:#9fd3ff}
+header .meta{color:var(--muted);font-size:13px}
 main{padding:14px 24px;max-width:1400px}
 h2{font-size:16px;margin:22px 0 8px}
 .cards{display:flex;flex-wrap:wrap;gap:10px}
-.card{background:#fff;border-radius:8px;padding:10px 16px;min-width:120px;box-shadow:0 1px 2px #0002}
+.card{background:var(--panel);border:1px solid var(--border);border-radius:8px;padding:10px 16px;min-width:120px;box-shadow:0 1px 2px var(--shadow)}
 .card .n{font-size:24px;font-weight:600}
-.card .l{color:#5b6475;font-size:12px;text-transform:uppercase;letter-spacing:.04em}
-table{border-collapse:collapse;background:#fff;box-shadow:0 1px 2px #0002;margin-bottom:8px}
-th,td{padding:5px 9px;border-bottom:1px solid #e6e8ec;text-align:left;vertical-align:top}
-th{background:#eef0f4;font-weight:600}
+.card .l{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}
+table{border-collapse:collapse;background:var(--panel);box-shadow:0 1px 2px var(--shadow);margin-bottom:8px}
+th,td{padding:5px 9px;border-bottom:1px solid var(--border);text-align:left;vertical-align:top}
+th{background:var(--head);font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
-.bar{background:#e6e8ec;border-radius:4px;height:10px;width:220px;overflow:hidden;display:flex}
+.bar{background:var(--border);border-radius:4px;height:10px;width:220px;overflow:hidden;display:flex}
 .bar span{display:block;height:10px}
-.note{color:#5b6475}.warn{color:#c0262d;font-weight:600}.ok{color:#1c7c3c;font-weight:600}
-.card .n.calm{color:#1d2330}.card .n.attention{color:#c0262d}
+.note{color:var(--muted)}.warn{color:var(--warn);font-weight:600}.ok{color:var(--ok);font-weight:600}
+.card .n.calm{color:var(--fg)}.card .n.attention{color:var(--warn)}
+.notice{font-size:15px;margin:28px 0}
 code{font-size:12px}
+button{color:var(--fg);background:var(--panel);border:1px solid var(--border);border-radius:4px;padding:2px 10px}
 """
+)
 _INFRA = COLOURS[Outcome.INFRA_FAILED.value]
 #: Each class a case or a phase takes on the page -> its colour: an attempt's class in the report's
 #: (:data:`avsim.report.plots.COLOURS`), a failure whose class was not recorded and a phase that never
@@ -54,7 +60,8 @@ def _page(title: str, body: str, script: str = "") -> str:
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>{body}{js}</body></html>\n"
+        f"<title>{escape(title)}</title><style>{CSS}</style><script>{theme.SCRIPT}</script></head>"
+        f"<body>{body}{js}</body></html>\n"
     )
 
 
@@ -294,6 +301,15 @@ def case_page(doc: Mapping[str, Any], run_link: str | None) -> str:
         + "</main>"
     )
     return _page(f"avsim case {case_id}", body)
+
+
+def notice_page(title: str, sentence: str) -> str:
+    """A page that says one thing: that what the tab or link names is not for these pages."""
+    body = (
+        f"<header><h1>{escape(title)}</h1></header>"
+        f'<main><p class="notice" id="notice">{escape(sentence)}</p></main>'
+    )
+    return _page(title, body)
 
 
 def listing_page(title: str, parent: str | None, entries: Sequence[tuple[str, str, int | None, bool]]) -> str:
