@@ -143,8 +143,9 @@ def _port_open(port: int) -> bool:
 class DistributedStack:
     base: Path
     database_url: str
-    #: pools: spot GPUs, on-demand GPUs, CPU phase slots (a capacity file, as airflow-init syncs one)
-    capacity: tuple[int, int, int] = (4, 2, 6)
+    #: pools: spot GPUs, on-demand GPUs, CPU phase slots (a capacity file, as airflow-init syncs one);
+    #: None: compose's own capacity file, where compose mounts it for airflow-init
+    capacity: tuple[int, int, int] | None = (4, 2, 6)
     #: Compose settings changed for one test (only keys of :data:`TEST_OPTIONAL`).
     options: Mapping[str, str] = field(default_factory=dict)
     #: The Celery workers: name -> queues (None: compose's worker's).
@@ -152,6 +153,8 @@ class DistributedStack:
     api_port: int = field(default_factory=free_port)
     redis_port: int = field(default_factory=free_port)
     s3_port: int = field(default_factory=free_port)
+    #: What ``.env`` holds (``docker/new-env.sh``'s output); None: made for this stack.
+    env_file: Mapping[str, str] | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     watcher: Watcher | None = field(default=None, repr=False)
 
@@ -162,6 +165,8 @@ class DistributedStack:
         self.base = Path(self.base).resolve()
         (self.base / "logs").mkdir(parents=True, exist_ok=True)
         self.variables = deployment_variables(self.api_port)
+        if self.env_file is not None:
+            self.variables = {**self.env_file, "AIRFLOW_API_BASE_URL": self.variables["AIRFLOW_API_BASE_URL"]}
         self.compose = compose.load(self.variables)
         self.loopback = compose.Loopback(
             database_url=self.database_url,
@@ -251,12 +256,15 @@ class DistributedStack:
     def init_env(self) -> dict[str, str]:
         """airflow-init's environment: compose's (its service adds the admin and service accounts)."""
         own = compose.localize(compose.service_env(self.compose, "airflow-init"), self.loopback)
-        capacity = self.scratch("airflow-init") / "capacity.yaml"
-        spot, on_demand, cpu = self.capacity
-        capacity.write_text(
-            "apiVersion: avsim/v1\nkind: Capacity\n"
-            f"gpu_spot: {{gpus: {spot}}}\ngpu_on_demand: {{gpus: {on_demand}}}\ncpu: {{slots: {cpu}}}\n"
-        )
+        if self.capacity is None:
+            capacity = compose.mounts(self.compose, "airflow-init")[own["AVSIM_CAPACITY_FILE"]]
+        else:
+            capacity = self.scratch("airflow-init") / "capacity.yaml"
+            spot, on_demand, cpu = self.capacity
+            capacity.write_text(
+                "apiVersion: avsim/v1\nkind: Capacity\n"
+                f"gpu_spot: {{gpus: {spot}}}\ngpu_on_demand: {{gpus: {on_demand}}}\ncpu: {{slots: {cpu}}}\n"
+            )
         return {**self.component_env("airflow-init"), **own, "AVSIM_CAPACITY_FILE": str(capacity)}
 
     def client_env(self) -> dict[str, str]:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.support import compose
+from tests.support.deployment_doc import first_run_steps
 
 ROOT = compose.ROOT
 DOC = ROOT / "docs" / "deployment.md"
@@ -132,19 +133,8 @@ def test_dotenv_is_ignored_by_git() -> None:
     assert "ignore" in DOC.read_text() and "`.env`" in DOC.read_text()
 
 
-def first_run_commands() -> list[str]:
-    """The shell commands of the doc's "Start it" and "A first weekly run" blocks, in order."""
-    text = DOC.read_text()
-    out: list[str] = []
-    for heading in ("### Start it", "### A first weekly run"):
-        section = text.split(heading, 1)[1].split("\n#", 1)[0]
-        for block in re.findall(r"^```\n(.*?)^```", section, re.S | re.M):
-            out += [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
-    return out
-
-
 def test_the_first_run_unpauses_the_weekly_dag_and_writes_the_manifest_to_the_bucket() -> None:
-    commands = first_run_commands()
+    commands = [step.command for step in first_run_steps()]
     unpause = commands.index("docker compose exec airflow-scheduler airflow dags unpause avsim_weekly")
     trigger = next(i for i, c in enumerate(commands) if "airflow dags trigger avsim_weekly" in c)
     assert unpause < trigger
