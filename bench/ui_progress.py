@@ -11,7 +11,10 @@ checking that its case counts are the week's. Reported per size: median and p95 
 request, cold (first request) and warm, and the ratio of the largest week's median to the
 smallest one's, measured in the same run.
 
+It ends with ``ui_progress: largest_vs_smallest=R cold_largest_vs_smallest=R median_ms=M``.
+
     flock /tmp/avsim-heavy.lock python bench/ui_progress.py [--sizes 100,10000] [--requests 30]
+    flock /tmp/avsim-heavy.lock python bench/ui_progress.py --quick     # 40 and 400 cases, 5 requests
 
 :func:`build_week` is also what the unit tests of the page use (on SQLite) to build weeks whose
 true counts they know.
@@ -195,6 +198,7 @@ def build_week(conn: Any, spec: WeekSpec, ledger_root: str | None = None) -> Tru
     truth.shards = n_shards
     layout = RunLayout(ledger_root, run_key_for(spec.dag_id, spec.run_id)) if ledger_root else None
 
+    add_dag_rows(conn, {spec.dag_id: ["avsim", "avsim-weekly"], shard_dag: ["avsim", "avsim-shard"]})
     dr = DagRun.__table__
     conn.execute(
         insert(dr),
@@ -341,6 +345,37 @@ def build_week(conn: Any, spec: WeekSpec, ledger_root: str | None = None) -> Tru
     return truth
 
 
+def add_dag_rows(conn: Any, tags: dict[str, list[str]], bundle: str = "dags-folder") -> None:
+    """The dag, dag_tag and dag_bundle rows the dag-processor writes for these DAGs, where missing:
+    the pages serve the runs of DAGs tagged avsim only."""
+    from airflow.models.dag import DagModel, DagTag
+    from airflow.models.dagbundle import DagBundleModel
+    from sqlalchemy import insert, select
+
+    if conn.execute(select(DagBundleModel.name).where(DagBundleModel.name == bundle)).first() is None:
+        conn.execute(insert(DagBundleModel.__table__), [{"name": bundle}])
+    known = set(conn.scalars(select(DagModel.dag_id).where(DagModel.dag_id.in_(list(tags)))))
+    new = {d: names for d, names in tags.items() if d not in known}
+    if not new:
+        return
+    conn.execute(
+        insert(DagModel.__table__),
+        [
+            {
+                "dag_id": d,
+                "bundle_name": bundle,
+                "max_active_tasks": 16,
+                "max_consecutive_failed_dag_runs": 0,
+                "has_task_concurrency_limits": False,
+            }
+            for d in new
+        ],
+    )
+    conn.execute(
+        insert(DagTag.__table__), [{"dag_id": d, "name": t} for d, names in new.items() for t in names]
+    )
+
+
 def metadata_engine(path: Path) -> Any:
     """A SQLite database with every Airflow table, created from the models (for unit tests)."""
     import sqlalchemy
@@ -480,12 +515,14 @@ def _check(doc: dict[str, Any], truth: Truth, size: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="100,10000", help="week sizes in cases, comma separated")
-    parser.add_argument("--requests", type=int, default=30, help="timed requests per size (after one cold)")
+    parser.add_argument("--sizes", help="week sizes in cases, comma separated (100,10000; 40,400 --quick)")
+    parser.add_argument("--requests", type=int, help="timed requests per size after one cold (30; 5 --quick)")
+    parser.add_argument("--quick", action="store_true", help="small weeks, few requests")
     parser.add_argument("--shard-size", type=int, default=250, help="S, [avsim] shard_size")
     parser.add_argument("--active-shards", type=int, default=6, help="W, [avsim] max_active_shards")
     args = parser.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in (args.sizes or ("40,400" if args.quick else "100,10000")).split(",")]
+    requests = args.requests or (5 if args.quick else 30)
 
     sys.path.insert(0, str(ROOT))
     import sqlalchemy
@@ -543,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for size in sizes:
                 cold, warm, doc = _time_requests(
-                    stack.api_url, f"/avsim/api/runs/avsim_weekly/bench_{size}/progress", args.requests
+                    stack.api_url, f"/avsim/api/runs/avsim_weekly/bench_{size}/progress", requests
                 )
                 _check(doc, truths[size], size)
                 warm.sort()
@@ -562,6 +599,10 @@ def main(argv: list[str] | None = None) -> int:
     ratio = results[largest]["median_ms"] / results[smallest]["median_ms"]
     cold_ratio = results[largest]["cold_ms"] / results[smallest]["cold_ms"]
     print(f"\nratio {largest:,} / {smallest:,} cases: median {ratio:.2f}x, cold {cold_ratio:.2f}x")
+    print(
+        f"ui_progress: largest_vs_smallest={ratio:.3f} cold_largest_vs_smallest={cold_ratio:.3f} "
+        f"median_ms={results[largest]['median_ms']:.1f}"
+    )
     return 0
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench.ui_progress import WeekSpec, build_week, metadata_engine
+from bench.ui_progress import WeekSpec, add_dag_rows, build_week, metadata_engine
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
@@ -34,29 +34,6 @@ OTHER_DAG = "etl_daily"
 READABLE: set[str] = set()
 
 
-def add_dags(engine: Any, tags: dict[str, list[str]]) -> None:
-    """DAG rows with their tags, as the dag-processor writes them."""
-    from airflow.models.dag import DagModel, DagTag
-    from sqlalchemy import insert
-
-    with engine.begin() as conn:
-        conn.execute(
-            insert(DagModel.__table__),
-            [
-                {
-                    "dag_id": d,
-                    "bundle_name": "dags-folder",
-                    "max_active_tasks": 16,
-                    "max_consecutive_failed_dag_runs": 0,
-                    "has_task_concurrency_limits": False,
-                }
-                for d in tags
-            ],
-        )
-        rows = [{"dag_id": d, "name": t} for d, names in tags.items() for t in names]
-        conn.execute(insert(DagTag.__table__), rows)
-
-
 @pytest.fixture
 def week(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[TestClient, RunLayout, Any]]:
     from avsim.ui.access import Reader
@@ -70,10 +47,7 @@ def week(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Test
     )
     with engine.begin() as conn:
         truth = build_week(conn, spec, root)
-    add_dags(
-        engine, {"avsim_weekly": ["avsim", "avsim-weekly"], "avsim_weekly_shard": ["avsim", "avsim-shard"]}
-    )
-    add_dags(engine, {OTHER_DAG: ["etl"]})
+        add_dag_rows(conn, {OTHER_DAG: ["etl"]})
     READABLE.clear()
     READABLE.update({*AVSIM_DAGS, OTHER_DAG})
     app = create_app()
