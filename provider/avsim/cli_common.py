@@ -29,6 +29,7 @@ _ENVIRONMENT_ERRORS = {
     ("botocore.exceptions", "NoCredentialsError"),
     ("botocore.exceptions", "ClientError"),
     ("botocore.exceptions", "EndpointConnectionError"),
+    ("sqlalchemy.exc", "OperationalError"),
 }
 
 
@@ -56,6 +57,9 @@ def is_domain_error(exc: BaseException) -> bool:
 def error_text(exc: BaseException) -> str:
     """The message of a domain error: one line, or a summary line and one line per problem."""
     problems = getattr(exc, "problems", None)
+    if type(exc).__module__ == "sqlalchemy.exc":
+        cause = " ".join(str(getattr(exc, "orig", None) or exc).split())
+        return f"the Airflow metadata database: {cause}; check [database] sql_alchemy_conn, then airflow db migrate"
     if isinstance(exc, OSError) and exc.strerror and exc.filename:
         return f"{exc.filename}: {exc.strerror}"
     text = str(exc).strip() or type(exc).__name__

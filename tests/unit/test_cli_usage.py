@@ -149,3 +149,13 @@ def test_sample_writes_to_object_storage(
     assert nowhere.returncode == 1 and "Traceback" not in nowhere.stderr, nowhere.stderr
     assert len(nowhere.stderr.splitlines()) == 1 and "no-such-bucket" in nowhere.stderr, nowhere.stderr
     assert list(tmp_path.iterdir()) == [], "a URI was written as a local path"
+
+
+def test_a_database_that_is_not_migrated_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{tmp_path / 'empty.db'}")
+    done = avsim("pools", "sync", str(Path(__file__).parents[2] / "docker" / "avsim_capacity.yaml"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines() == [
+        "the Airflow metadata database: no such table: slot_pool; check [database] sql_alchemy_conn, "
+        "then airflow db migrate"
+    ]
