@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS
 from avsim.artifacts import RunLayout
 from avsim.operators.shard import ShardRunOperator
+from avsim.resume import FALLBACK_SECONDS as RESUME_AFTER_DEFER_MIN_SECONDS
 from avsim.storage import write_json
 from avsim.triggers.shard_run import ShardRunTrigger
 

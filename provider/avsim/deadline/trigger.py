@@ -26,7 +26,6 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS, resume_not_before
 from avsim.deadline.tracking import (
     PhaseTasks,
     TaskCounts,
@@ -36,6 +35,7 @@ from avsim.deadline.tracking import (
     window_state,
 )
 from avsim.plan.week_counts import ExecutionApiCounts
+from avsim.resume import FALLBACK_SECONDS, resume_not_before
 
 #: Between passes the trigger looks this often whether the week ended (one count of the shard
 #: runs), so the tracker, and with it the weekly run, ends with the last shard run rather than
@@ -54,7 +54,7 @@ class DeadlineTrackerTrigger(BaseTrigger):
     :param action: what the tracker last did, for the documents (the UI shows it).
     :param max_failed_passes: consecutive failed passes before the trigger gives up with an error event.
     :param min_wait_seconds: no event fires sooner after the trigger starts: the sensor resumed sooner
-        could be failed by Airflow's scheduler (:data:`avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS`).
+        could be failed by Airflow's scheduler (:mod:`avsim.resume`).
     """
 
     def __init__(
@@ -67,7 +67,7 @@ class DeadlineTrackerTrigger(BaseTrigger):
         act_above_gpus: int | None = None,
         action: str = "none",
         max_failed_passes: int = 3,
-        min_wait_seconds: float = RESUME_AFTER_DEFER_MIN_SECONDS,
+        min_wait_seconds: float = FALLBACK_SECONDS,
     ) -> None:
         super().__init__()
         self.run_info = dict(run)

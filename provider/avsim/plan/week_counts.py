@@ -265,7 +265,7 @@ def decide_now(
     """Whether shard ``shard`` starts now (:func:`avsim.plan.admit.admit` over a fresh count). Waiting
     for an earlier shard's turn, it counts again up to ``turn_checks`` times a second apart: the W
     ``shards`` tasks start together and the earlier one is usually creating its run that second, so a
-    deferral (at least 15 s, :data:`avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS`) would cost more."""
+    deferral (at least 15 s, :mod:`avsim.resume`) would cost more."""
     size = week.size_of(shard)
     decision = admit(shard, size, read_in_flight(counts, week, shard), target)
     for _ in range(turn_checks):

@@ -14,7 +14,7 @@ unfinished cases leave room for its cases under the target, and no earlier shard
   ``outage_seconds`` (and at least ``max_failed_polls`` in a row): an API server that restarts or
   stops answering for a few minutes is waited out; the task then fails naming the cause.
 
-Never within ``min_wait_seconds`` of its start (:data:`avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS`).
+Never within ``min_wait_seconds`` of its start (:mod:`avsim.resume`).
 Its arguments are plain JSON, so it survives a triggerer restart.
 """
 
@@ -28,9 +28,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS, resume_not_before
 from avsim.plan.admit import admit
 from avsim.plan.week_counts import ExecutionApiCounts, WeekCounts, WeekShape, read_in_flight
+from avsim.resume import FALLBACK_SECONDS, resume_not_before
 
 #: A waiting shard derives its target again from the pools this often (seconds).
 RECHECK_SECONDS = 300.0
@@ -60,7 +60,7 @@ class ShardAdmissionTrigger(BaseTrigger):
         poll_interval: float,
         recheck_seconds: float = RECHECK_SECONDS,
         max_failed_polls: int = 5,
-        min_wait_seconds: float = RESUME_AFTER_DEFER_MIN_SECONDS,
+        min_wait_seconds: float = FALLBACK_SECONDS,
         outage_seconds: float = OUTAGE_SECONDS,
     ) -> None:
         super().__init__()

@@ -47,10 +47,10 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from avsim import airflow_internals
-from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS, resume_not_before
 from avsim.contracts.pod import PodEvent, PodStatus
 from avsim.kube.pods import classify_pod, is_running, is_terminating, parse_time, pod_lease_age
 from avsim.phases.contract import AttemptResult, Detail, Outcome
+from avsim.resume import FALLBACK_SECONDS, resume_not_before
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class PhasePodTrigger(BaseTrigger):
         in_cluster: bool | None = None,
         check_interval: float = 5.0,
         started_at: str = "",
-        min_wait_seconds: float = RESUME_AFTER_DEFER_MIN_SECONDS,
+        min_wait_seconds: float = FALLBACK_SECONDS,
         deadline_seconds: float = 0.0,
     ) -> None:
         super().__init__()
@@ -173,7 +173,7 @@ class PhasePodTrigger(BaseTrigger):
         except Exception as exc:  # an event, never an exception: the operator decides what it means
             event = self._event(PodStatus.ERROR, message=f"{type(exc).__name__}: {exc}")
         # Never fire within min_wait_seconds of deferring: a task resumed sooner can be failed by
-        # Airflow's scheduler (avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS says why).
+        # Airflow's scheduler (avsim.resume says why).
         await resume_not_before(began, self.min_wait_seconds)
         # Shielded: a kill that arrives while a passed attempt is being committed lets the commit and
         # the deletion of its pod finish (a cancelled await would leave the commit's thread running

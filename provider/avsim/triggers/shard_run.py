@@ -5,7 +5,7 @@ run to reach a state) that never fires within ``min_wait_seconds`` of its start.
 ends within seconds of the wait (a repaired shard whose few failed cases rerun quickly, a small
 shard) would otherwise resume the task before Airflow's scheduler has seen the exit of the try
 that deferred, and Airflow 3.3.2 then fails the task instance
-(:data:`avsim.airflow_internals.RESUME_AFTER_DEFER_MIN_SECONDS`). It is the only wait of a ``shards``
+(:mod:`avsim.resume`). It is the only wait of a ``shards``
 task: :class:`avsim.operators.shard.ShardRunOperator` creates a new shard run itself and defers on it,
 rather than letting Airflow's task runner defer on a plain DagStateTrigger. Its arguments are
 DagStateTrigger's plus that bound; its classpath comes from ``__module__``/``__qualname__``.
@@ -20,15 +20,13 @@ from typing import Any
 from airflow.providers.standard.triggers.external_task import DagStateTrigger
 from airflow.triggers.base import TriggerEvent
 
-from avsim.airflow_internals import RESUME_AFTER_DEFER_MIN_SECONDS, resume_not_before
+from avsim.resume import FALLBACK_SECONDS, resume_not_before
 
 
 class ShardRunTrigger(DagStateTrigger):
     """Fires when the shard run reaches one of ``states``, and not before ``min_wait_seconds``."""
 
-    def __init__(
-        self, *args: Any, min_wait_seconds: float = RESUME_AFTER_DEFER_MIN_SECONDS, **kwargs: Any
-    ) -> None:
+    def __init__(self, *args: Any, min_wait_seconds: float = FALLBACK_SECONDS, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.min_wait_seconds = float(min_wait_seconds)
 
