@@ -508,7 +508,9 @@ def main() -> None:
         "--cases", type=int, default=40, help="cases per run (one shard run per variant and round)"
     )
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="10 cases, 1 round, shorter idle measurement")
+    ap.add_argument(
+        "--quick", action="store_true", help="10 cases, 1 round, 20 s idle measurement (unless given)"
+    )
     ap.add_argument("--parallelism", type=int, default=16)
     ap.add_argument("--idle-seconds", type=float, default=40.0)
     ap.add_argument(
@@ -540,8 +542,10 @@ def main() -> None:
 
     ensure_bytecode()  # measure what a deployment pays (bench/bytecode.py)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the stack and clean up, as Ctrl-C does
-    if args.quick:
-        args.cases, args.rounds, args.idle_seconds = 10, 1, 20.0
+    if args.quick:  # its sizes, unless given
+        for name, value in (("cases", 10), ("rounds", 1), ("idle_seconds", 20.0)):
+            if getattr(args, name) == ap.get_default(name):
+                setattr(args, name, value)
     variants = [v for v in args.variants.split(",") if v]
     started = time.monotonic()
     from avsim.dagbuild.factory import load_plan
