@@ -43,6 +43,8 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .notice{font-size:15px;margin:28px 0}
 code{font-size:12px}
 button{color:var(--fg);background:var(--panel);border:1px solid var(--border);border-radius:4px;padding:2px 10px}
+#timeline svg{background:var(--panel)!important}
+#timeline svg text[fill="#5b6475"]{fill:var(--muted)}#timeline svg line[stroke="#b7bcc6"]{stroke:var(--border)}
 """
 )
 _INFRA = COLOURS[Outcome.INFRA_FAILED.value]
