@@ -123,7 +123,7 @@ class DocRunner:
         program = str(BIN / argv[0])
         # A terminal as wide as a user's: the CLI's tables then keep a run id and its state on one line.
         env = {**stack.component_env(component), "COLUMNS": "250"}
-        deadline = time.monotonic() + 1800
+        deadline = time.monotonic() + 600
         while True:
             done = subprocess.run([program, *args], env=env, capture_output=True, text=True, timeout=600)
             assert done.returncode == 0, f"{' '.join(argv)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
@@ -131,7 +131,7 @@ class DocRunner:
                 self.outputs.append((" ".join(argv), done.stdout))
                 return done.stdout
             assert time.monotonic() < deadline, (
-                f"{' '.join(argv)}: not {comment!r} in 30 minutes:\n{done.stdout}"
+                f"{' '.join(argv)}: not {comment!r} in 10 minutes:\n{done.stdout}"
             )
             time.sleep(10)
 
