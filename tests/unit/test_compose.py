@@ -248,7 +248,7 @@ def test_dags_and_plugins_are_mounted_where_airflow_reads_them() -> None:
         mounts = {v.split(":")[1]: v.split(":")[0] for v in svc["volumes"]}
         assert mounts.get(dags) == "./dags", name
         assert mounts.get(plugins) == "./plugins", name
-    assert (ROOT / "dags" / "avsim_weekly.py").exists() and (ROOT / "plugins" / "avsim_plugin.py").exists()
+    assert (ROOT / "dags" / "avsim_weekly.py").exists() and (ROOT / "plugins").is_dir()
 
 
 def _one_shot(cfg: dict[str, Any]) -> set[str]:
