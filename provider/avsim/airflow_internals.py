@@ -23,31 +23,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-#: The least time a trigger of avsim waits, from its start, before it fires an event that resumes its
-#: task in a worker. Airflow 3.3.2's scheduler fails a task instance whose trigger fired before the
-#: scheduler processed the exit of the try that deferred, once the resumed try is already queued or
-#: running ("finished with state success, but the task instance's state attribute is queued");
-#: that exit reaches the scheduler up to ``[workers] min_heartbeat_interval`` (5 s) after the task
-#: process ended, plus a scheduler loop. Airflow 3.3.2 guards only the ``scheduled`` case
-#: (apache/airflow#66374, fixed by #66431). The ``queued`` case, #67287, is fixed by #68741 on
-#: Airflow's main branch, in no release yet; the ``running`` case, #72716, is open (candidate PRs
-#: #72767, #71579, #73546). Keep the bound until a release carries both. Every avsim trigger that
-#: resumes a task applies it through :func:`resume_not_before`, and every route by which a task of
-#: avsim waits goes through such a trigger (the shards' first creation included: docs/design.md).
-#: Phases and shard runs last minutes, so the wait costs nothing in production.
-RESUME_AFTER_DEFER_MIN_SECONDS = 15.0
-
-
-async def resume_not_before(began: float, min_wait_seconds: float = RESUME_AFTER_DEFER_MIN_SECONDS) -> None:
-    """Sleep until ``min_wait_seconds`` have passed since ``began`` (a ``time.monotonic()`` reading
-    taken when the trigger started running): a trigger awaits this before it yields the event that
-    resumes its task, so no resume comes sooner than :data:`RESUME_AFTER_DEFER_MIN_SECONDS`."""
-    import asyncio
-    import time
-
-    await asyncio.sleep(max(0.0, float(min_wait_seconds) - (time.monotonic() - began)))
-
-
 #: Model -> the columns avsim's SQL reads (ui/, deadline/, pools, priority).
 RELIED_ON: dict[str, tuple[str, ...]] = {
     "TaskInstance": (
