@@ -9,7 +9,6 @@ a document with several problems lists them, one a line. Help texts are printed 
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any
 
 import typer
@@ -48,10 +47,7 @@ def finite(value: float | None) -> float | None:
 def is_domain_error(exc: BaseException) -> bool:
     if isinstance(exc, AvsimError | OSError):
         return True
-    return any(
-        (cls.__module__, cls.__name__) in _ENVIRONMENT_ERRORS and cls.__module__ in sys.modules
-        for cls in type(exc).__mro__
-    )
+    return any((cls.__module__, cls.__name__) in _ENVIRONMENT_ERRORS for cls in type(exc).__mro__)
 
 
 def error_text(exc: BaseException) -> str:
