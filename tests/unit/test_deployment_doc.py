@@ -77,6 +77,13 @@ def test_the_settings_table_states_composes_values(doc: str, env: dict[str, str]
         assert root.startswith(uri + "/"), f"{uri}: compose's bucket is {root}"
 
 
+def test_the_secrets_the_doc_lists_are_the_ones_compose_requires(doc: str) -> None:
+    listed = re.search(r"The file refuses to render without its secrets \(([^)]*)\)", doc)
+    assert listed, "the doc no longer lists the secrets"
+    required = set(re.findall(r"\$\{(\w+):\?", compose.COMPOSE.read_text()))
+    assert set(re.findall(r"`(\w+)`", listed[1])) == required == set(SECRETS)
+
+
 def test_the_services_versions_and_ports_are_composes(doc: str, cfg: dict[str, Any]) -> None:
     services = cfg["services"]
     for name in ("postgres", "redis"):
