@@ -219,11 +219,10 @@ def service_role_sync(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would change; change nothing."),
 ) -> None:
     """Create or update the FAB role so that it holds exactly those permissions (docs/deployment.md)."""
-    from airflow.configuration import conf
-
     from avsim.service_role import AVSIM_DAG_IDS, service_permissions, sync_role
+    from avsim.settings import airflow_config
 
-    manager = conf.get("core", "auth_manager", fallback="")
+    manager = airflow_config("core", "auth_manager", "")
     if not manager.endswith(".FabAuthManager"):
         raise AvsimError(
             f"[core] auth_manager is {manager or 'not set'}: roles are the FAB auth manager's "

@@ -31,12 +31,12 @@ HeartbeatReader = Callable[[], Awaitable[dt.datetime | None]]
 
 def health_url() -> str:
     """The API server's public health endpoint, beside the Execution API the triggerer talks to."""
-    from airflow.configuration import conf
+    from avsim.settings import airflow_config
 
-    execution = conf.get("core", "execution_api_server_url", fallback="") or ""
+    execution = airflow_config("core", "execution_api_server_url", "")
     base = execution.rstrip("/").removesuffix("/execution")
     if not base:
-        base = (conf.get("api", "base_url", fallback="") or "http://localhost:8080").rstrip("/")
+        base = (airflow_config("api", "base_url", "") or "http://localhost:8080").rstrip("/")
     return f"{base}/api/v2/monitor/health"
 
 
