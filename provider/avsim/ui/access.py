@@ -1,15 +1,18 @@
 """Who may see what on the avsim pages: the runs of the DAGs Airflow's auth manager lets them read.
 
-Every route asks through a :class:`Reader` before it reads anything of a run, so a user without
-read access to a DAG's runs gets 403 and no data, and lists hold only the runs they may read.
+Every route takes a :class:`Reader` (:data:`ReaderDep`) and asks it before it reads anything of a
+run, so a user without read access to a DAG's runs gets 403 and no data, and lists hold only the
+runs they may read. Imported by the app only, in the API server (it imports the server's security).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import HTTPException
+from fastapi import Depends, HTTPException
+
+from avsim import airflow_internals
 
 #: The body of every refusal: it says nothing of the run asked for.
 FORBIDDEN = "Forbidden"
@@ -40,16 +43,10 @@ class Reader:
             raise HTTPException(403, FORBIDDEN)
 
 
-def reader_dependency() -> Callable[..., Reader]:
-    """The FastAPI dependency that authenticates the request (Airflow's token or session cookie,
-    refusing a missing, forged or expired one) and gives its :class:`Reader`."""
-    from fastapi import Depends
+def request_reader(user: Any = Depends(airflow_internals.request_user())) -> Reader:  # noqa: B008
+    """The FastAPI dependency of every route: it authenticates the request as Airflow's API does (a
+    token or the UI's session cookie; a missing, forged or expired one refused) and gives its Reader."""
+    return Reader(lambda dag_id: airflow_internals.may_read_dag_runs(user, dag_id))
 
-    from avsim import airflow_internals
 
-    user_dependency = airflow_internals.request_user()
-
-    def reader(user: Any = Depends(user_dependency)) -> Reader:  # noqa: B008 - FastAPI's idiom
-        return Reader(lambda dag_id: airflow_internals.may_read_dag_runs(user, dag_id))
-
-    return reader
+ReaderDep = Annotated[Reader, Depends(request_reader)]

@@ -22,18 +22,21 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from avsim.ui import routes_files, routes_runs
-from avsim.ui.access import reader_dependency
-from avsim.ui.deps import db_session
+from avsim.ui.access import request_reader
+from avsim.ui.deps import Caches, db_session
+from avsim.ui.progress import DigestCache
+from avsim.ui.timeline import TimelineCache
 
 __all__ = ["create_app", "db_session"]
 
 
 def create_app() -> FastAPI:
     app = FastAPI(title="avsim", description="avsim weekly runs: progress, cases, artifacts, reports")
-    reader = reader_dependency()
-    # Tests replace it (app.dependency_overrides) with a Reader of their own policy.
-    app.state.reader_dependency = reader
-    owners = routes_files.RunOwners()
-    app.include_router(routes_runs.router(reader, owners))
-    app.include_router(routes_files.router(reader, owners))
+    app.state.avsim = Caches(
+        digests=DigestCache(), timelines=TimelineCache(), owners=routes_files.RunOwners()
+    )
+    # Every route depends on it; tests replace it (app.dependency_overrides) with a Reader of their own.
+    app.state.reader_dependency = request_reader
+    app.include_router(routes_runs.api)
+    app.include_router(routes_files.api)
     return app

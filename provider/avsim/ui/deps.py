@@ -4,6 +4,7 @@ metadata-database session, the artifact root and the path the API server is serv
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
@@ -55,3 +56,19 @@ def base(request: Request) -> str:
 
 def refused(exc: files.RefusedPath) -> HTTPException:
     return HTTPException(400, str(exc))
+
+
+@dataclass(frozen=True)
+class Caches:
+    """What one app keeps between requests (``app.state.avsim``): the finished shard runs' digests
+    (:class:`avsim.ui.progress.DigestCache`), the ledger's timelines (:class:`avsim.ui.timeline.TimelineCache`)
+    and the run keys' weekly runs (:class:`avsim.ui.routes_files.RunOwners`)."""
+
+    digests: Any
+    timelines: Any
+    owners: Any
+
+
+def caches(request: Request) -> Caches:
+    found: Caches = request.app.state.avsim
+    return found

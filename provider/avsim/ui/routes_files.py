@@ -4,20 +4,19 @@ A run key is served when the metadata database has the weekly run whose prepare 
 otherwise), to a user who may read that weekly run's DAG (403 otherwise, before any file is read).
 """
 
-# No `from __future__ import annotations`: FastAPI reads the routes' annotations at run time, and
-# ReaderDep is local to router().
-import threading
-from collections.abc import Callable
-from typing import Annotated, Any
+from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+import threading
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from sqlalchemy.orm import Session
 
 from avsim import urls
 from avsim.ui import files, pages
-from avsim.ui.access import Reader
-from avsim.ui.deps import CaseId, DbSession, FilePath, RunKey, artifact_root, base, refused
+from avsim.ui.access import Reader, ReaderDep
+from avsim.ui.deps import CaseId, DbSession, FilePath, RunKey, artifact_root, base, caches, refused
 
 
 class RunOwners:
@@ -71,74 +70,80 @@ def readable_reports(session: Session, reader: Reader, owners: RunOwners) -> lis
     )
 
 
-def router(reader_dependency: Callable[..., Reader], owners: RunOwners) -> APIRouter:
-    api = APIRouter()
-    ReaderDep = Annotated[Reader, Depends(reader_dependency)]
+api = APIRouter()
 
-    @api.get("/runs")
-    def list_reports(session: DbSession, reader: ReaderDep) -> list[str]:
-        return readable_reports(session, reader, owners)
 
-    def case_doc(request: Request, session: Session, reader: Reader, run_key: str, case_id: str) -> Any:
-        from avsim.artifacts import RunLayout
-        from avsim.ui.case import case_detail, task_instances
+@api.get("/runs")
+def list_reports(request: Request, session: DbSession, reader: ReaderDep) -> list[str]:
+    return readable_reports(session, reader, caches(request).owners)
 
-        week = owners.require(session, reader, run_key)
-        try:
-            files.check_segment(case_id, "case id")
-        except files.RefusedPath as exc:
-            raise refused(exc) from None
-        tis = task_instances(session, *week, case_id)
-        return case_detail(RunLayout(artifact_root(), run_key), case_id, tis, base(request)), week
 
-    @api.get("/api/runs/{run_key}/cases/{case_id}")
-    def case_api(
-        request: Request, session: DbSession, reader: ReaderDep, run_key: RunKey, case_id: CaseId
-    ) -> dict[str, Any]:
-        doc, _week = case_doc(request, session, reader, run_key, case_id)
-        if not doc["phases"]:
-            raise HTTPException(404, f"nothing recorded for case {case_id!r} of run {run_key!r}")
-        return dict(doc)
+def _case_doc(request: Request, session: Session, reader: Reader, run_key: str, case_id: str) -> Any:
+    from avsim.artifacts import RunLayout
+    from avsim.ui.case import case_detail, task_instances
 
-    @api.get("/runs/{run_key}/cases/{case_id}", response_class=HTMLResponse)
-    def case_page(
-        request: Request, session: DbSession, reader: ReaderDep, run_key: RunKey, case_id: CaseId
-    ) -> HTMLResponse:
-        doc, week = case_doc(request, session, reader, run_key, case_id)
-        link = urls.progress_page(week[0], week[1], base(request))
-        return HTMLResponse(pages.case_page(doc, link), status_code=200 if doc["phases"] else 404)
+    owners: RunOwners = caches(request).owners
+    week = owners.require(session, reader, run_key)
+    try:
+        files.check_segment(case_id, "case id")
+    except files.RefusedPath as exc:
+        raise refused(exc) from None
+    tis = task_instances(session, *week, case_id)
+    return case_detail(RunLayout(artifact_root(), run_key), case_id, tis, base(request)), week
 
-    @api.get("/runs/{run_key}/report")
-    def report_redirect(
-        request: Request, session: DbSession, reader: ReaderDep, run_key: RunKey
-    ) -> RedirectResponse:
-        owners.require(session, reader, run_key)
-        return RedirectResponse(urls.report_page(run_key, base(request)), status_code=307)
 
-    @api.get("/runs/{run_key}/report/{name:path}", response_model=None)
-    def report_file(session: DbSession, reader: ReaderDep, run_key: RunKey, name: FilePath) -> Response:
-        owners.require(session, reader, run_key)
-        name = name or "report.html"
-        target = _resolve(run_key, f"report/{name}")
-        if not target.exists():
-            raise HTTPException(
-                404, f"no report for run {run_key!r} yet" if name == "report.html" else "not found"
-            )
-        return _file_response(target, name)
+@api.get("/api/runs/{run_key}/cases/{case_id}")
+def case_api(
+    request: Request, session: DbSession, reader: ReaderDep, run_key: RunKey, case_id: CaseId
+) -> dict[str, Any]:
+    doc, _week = _case_doc(request, session, reader, run_key, case_id)
+    if not doc["phases"]:
+        raise HTTPException(404, f"nothing recorded for case {case_id!r} of run {run_key!r}")
+    return dict(doc)
 
-    @api.get("/runs/{run_key}/files/{path:path}", response_model=None)
-    def run_file(
-        request: Request, session: DbSession, reader: ReaderDep, run_key: RunKey, path: FilePath
-    ) -> Response:
-        owners.require(session, reader, run_key)
-        target = _resolve(run_key, path)
-        if target.is_dir():
-            return _folder(request, run_key, path)
-        if not target.exists():
-            raise HTTPException(404, f"no artifact {path!r} in run {run_key!r}")
-        return _file_response(target, target.name)
 
-    return api
+@api.get("/runs/{run_key}/cases/{case_id}", response_class=HTMLResponse)
+def case_page(
+    request: Request, session: DbSession, reader: ReaderDep, run_key: RunKey, case_id: CaseId
+) -> HTMLResponse:
+    doc, week = _case_doc(request, session, reader, run_key, case_id)
+    link = urls.progress_page(week[0], week[1], base(request))
+    return HTMLResponse(pages.case_page(doc, link), status_code=200 if doc["phases"] else 404)
+
+
+@api.get("/runs/{run_key}/report")
+def report_redirect(
+    request: Request, session: DbSession, reader: ReaderDep, run_key: RunKey
+) -> RedirectResponse:
+    caches(request).owners.require(session, reader, run_key)
+    return RedirectResponse(urls.report_page(run_key, base(request)), status_code=307)
+
+
+@api.get("/runs/{run_key}/report/{name:path}", response_model=None)
+def report_file(
+    request: Request, session: DbSession, reader: ReaderDep, run_key: RunKey, name: FilePath
+) -> Response:
+    caches(request).owners.require(session, reader, run_key)
+    name = name or "report.html"
+    target = _resolve(run_key, f"report/{name}")
+    if not target.exists():
+        raise HTTPException(
+            404, f"no report for run {run_key!r} yet" if name == "report.html" else "not found"
+        )
+    return _file_response(target, name)
+
+
+@api.get("/runs/{run_key}/files/{path:path}", response_model=None)
+def run_file(
+    request: Request, session: DbSession, reader: ReaderDep, run_key: RunKey, path: FilePath
+) -> Response:
+    caches(request).owners.require(session, reader, run_key)
+    target = _resolve(run_key, path)
+    if target.is_dir():
+        return _folder(request, run_key, path)
+    if not target.exists():
+        raise HTTPException(404, f"no artifact {path!r} in run {run_key!r}")
+    return _file_response(target, target.name)
 
 
 def _resolve(run_key: str, relpath: str) -> Any:

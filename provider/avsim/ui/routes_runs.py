@@ -6,12 +6,11 @@ then whether that DAG is avsim's (:mod:`avsim.ui.scope`): the tabs show on every
 deployment, and on another DAG's run a page says so in a sentence.
 """
 
-# No `from __future__ import annotations`: FastAPI reads the routes' annotations at run time, and
-# ReaderDep is local to router().
-from collections.abc import Callable
+from __future__ import annotations
+
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -19,12 +18,10 @@ from sqlalchemy.orm import Session
 from avsim import airflow_internals, urls
 from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
 from avsim.ui import pages
-from avsim.ui.access import Reader
-from avsim.ui.deps import INT32_MAX, AirflowId, DbSession, MapIndex, artifact_root, base, settings
-from avsim.ui.progress import DigestCache
-from avsim.ui.routes_files import RunOwners, readable_reports
+from avsim.ui.access import Reader, ReaderDep
+from avsim.ui.deps import INT32_MAX, AirflowId, DbSession, MapIndex, artifact_root, base, caches, settings
+from avsim.ui.routes_files import readable_reports
 from avsim.ui.scope import is_avsim_dag
-from avsim.ui.timeline import TimelineCache
 
 
 class NotShown(Exception):
@@ -65,98 +62,96 @@ def _weekly_runs(session: Session, reader: Reader) -> list[Any]:
     return list(session.execute(query).all())
 
 
-def router(reader_dependency: Callable[..., Reader], owners: RunOwners) -> APIRouter:
-    api = APIRouter()
-    ReaderDep = Annotated[Reader, Depends(reader_dependency)]
-    cache, timelines = DigestCache(), TimelineCache()
+api = APIRouter()
 
-    @api.get("/", response_class=HTMLResponse)
-    def index(request: Request, session: DbSession, reader: ReaderDep) -> str:
-        at = base(request)
-        rows = [
-            {
-                "dag_id": d,
-                "run_id": r,
-                "state": s,
-                "start_date": st.isoformat() if st else None,
-                "page": urls.progress_page(d, r, at),
-            }
-            for d, r, s, st in _weekly_runs(session, reader)
-        ]
-        keys = readable_reports(session, reader, owners)
-        return pages.index_page(rows, [{"run_key": k, "url": urls.report_page(k, at)} for k in keys])
 
-    @api.get("/api/runs/{dag_id}/{run_id}/progress")
-    def progress(
-        request: Request,
-        session: DbSession,
-        reader: ReaderDep,
-        dag_id: AirflowId,
-        run_id: AirflowId,
-        offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
-        limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    ) -> dict[str, Any]:
-        from avsim.ui.week import week_progress
+@api.get("/", response_class=HTMLResponse)
+def index(request: Request, session: DbSession, reader: ReaderDep) -> str:
+    at = base(request)
+    rows = [
+        {
+            "dag_id": d,
+            "run_id": r,
+            "state": s,
+            "start_date": st.isoformat() if st else None,
+            "page": urls.progress_page(d, r, at),
+        }
+        for d, r, s, st in _weekly_runs(session, reader)
+    ]
+    keys = readable_reports(session, reader, caches(request).owners)
+    return pages.index_page(rows, [{"run_key": k, "url": urls.report_page(k, at)} for k in keys])
 
-        try:
-            ref = find_week(session, reader, dag_id, run_id)
-        except NotShown as exc:
-            raise HTTPException(404, str(exc)) from None
-        s = settings()
-        return week_progress(
-            session,
-            ref,
-            gpu_pools=(s.gpu_spot_pool, s.gpu_on_demand_pool),
-            base=base(request),
-            cache=cache,
-            offset=offset,
-            limit=limit,
-            timelines=timelines,
-        )
 
-    @api.get("/dags/{dag_id}/runs/{run_id}", response_class=HTMLResponse)
-    def progress_page(
-        request: Request, session: DbSession, reader: ReaderDep, dag_id: AirflowId, run_id: AirflowId
-    ) -> HTMLResponse:
-        try:
-            ref = find_week(session, reader, dag_id, run_id)
-        except NotShown as exc:
-            return _notice(exc)
-        api_url = urls.progress_api(ref.dag_id, ref.run_id, base(request))
-        return HTMLResponse(pages.progress_page(ref.dag_id, ref.run_id, api_url))
+@api.get("/api/runs/{dag_id}/{run_id}/progress")
+def progress(
+    request: Request,
+    session: DbSession,
+    reader: ReaderDep,
+    dag_id: AirflowId,
+    run_id: AirflowId,
+    offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> dict[str, Any]:
+    from avsim.ui.week import week_progress
 
-    @api.get("/dags/{dag_id}/runs/{run_id}/report", response_model=None)
-    def report_of_run(
-        request: Request, session: DbSession, reader: ReaderDep, dag_id: AirflowId, run_id: AirflowId
-    ) -> RedirectResponse | HTMLResponse:
-        try:
-            ref = find_week(session, reader, dag_id, run_id)
-        except NotShown as exc:
-            return _notice(exc)
-        return RedirectResponse(urls.report_page(ref.run_key, base(request)), status_code=307)
+    try:
+        ref = find_week(session, reader, dag_id, run_id)
+    except NotShown as exc:
+        raise HTTPException(404, str(exc)) from None
+    s, kept = settings(), caches(request)
+    return week_progress(
+        session,
+        ref,
+        gpu_pools=(s.gpu_spot_pool, s.gpu_on_demand_pool),
+        base=base(request),
+        cache=kept.digests,
+        offset=offset,
+        limit=limit,
+        timelines=kept.timelines,
+    )
 
-    @api.get("/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/mapped/{map_index}", response_model=None)
-    def case_of_task(
-        request: Request,
-        session: DbSession,
-        reader: ReaderDep,
-        dag_id: AirflowId,
-        run_id: AirflowId,
-        task_id: AirflowId,
-        map_index: MapIndex,
-    ) -> RedirectResponse | HTMLResponse:
-        try:
-            ref = find_week(session, reader, dag_id, run_id)
-        except NotShown as exc:
-            return _notice(exc)
-        case_id = _case_of(session, dag_id, run_id, task_id, map_index)
-        if case_id is None:
-            return _notice(
-                NotShown(f"The task {task_id} of {run_id} is not an avsim phase with a case (yet).")
-            )
-        return RedirectResponse(urls.case_page(ref.run_key, case_id, base(request)), status_code=307)
 
-    return api
+@api.get("/dags/{dag_id}/runs/{run_id}", response_class=HTMLResponse)
+def progress_page(
+    request: Request, session: DbSession, reader: ReaderDep, dag_id: AirflowId, run_id: AirflowId
+) -> HTMLResponse:
+    try:
+        ref = find_week(session, reader, dag_id, run_id)
+    except NotShown as exc:
+        return _notice(exc)
+    api_url = urls.progress_api(ref.dag_id, ref.run_id, base(request))
+    return HTMLResponse(pages.progress_page(ref.dag_id, ref.run_id, api_url))
+
+
+@api.get("/dags/{dag_id}/runs/{run_id}/report", response_model=None)
+def report_of_run(
+    request: Request, session: DbSession, reader: ReaderDep, dag_id: AirflowId, run_id: AirflowId
+) -> RedirectResponse | HTMLResponse:
+    try:
+        ref = find_week(session, reader, dag_id, run_id)
+    except NotShown as exc:
+        return _notice(exc)
+    return RedirectResponse(urls.report_page(ref.run_key, base(request)), status_code=307)
+
+
+@api.get("/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/mapped/{map_index}", response_model=None)
+def case_of_task(
+    request: Request,
+    session: DbSession,
+    reader: ReaderDep,
+    dag_id: AirflowId,
+    run_id: AirflowId,
+    task_id: AirflowId,
+    map_index: MapIndex,
+) -> RedirectResponse | HTMLResponse:
+    try:
+        ref = find_week(session, reader, dag_id, run_id)
+    except NotShown as exc:
+        return _notice(exc)
+    case_id = _case_of(session, dag_id, run_id, task_id, map_index)
+    if case_id is None:
+        return _notice(NotShown(f"The task {task_id} of {run_id} is not an avsim phase with a case (yet)."))
+    return RedirectResponse(urls.case_page(ref.run_key, case_id, base(request)), status_code=307)
 
 
 def _case_of(session: Session, dag_id: str, run_id: str, task_id: str, map_index: int) -> str | None:
