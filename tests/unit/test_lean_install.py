@@ -58,3 +58,42 @@ def test_the_planners_plot_without_matplotlib_is_one_clear_error(
     with pytest.raises(AvsimError, match=r"matplotlib.*airflow-provider-avsim\[report\]"):
         write_progress_plot(None, tmp_path / "plan.png")  # type: ignore[arg-type]
     assert not (tmp_path / "plan.png").exists()
+
+
+@pytest.fixture(scope="module")
+def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    import zipfile
+
+    from hatchling.builders.wheel import WheelBuilder
+
+    root = Path(__file__).resolve().parents[2]
+    (built,) = WheelBuilder(str(root)).build(
+        directory=str(tmp_path_factory.mktemp("wheel")), versions=["standard"]
+    )
+    with zipfile.ZipFile(built) as zf:
+        return {n: zf.read(n).decode("utf-8", "replace") for n in zf.namelist() if not n.endswith(".pyc")}
+
+
+def test_the_core_requires_neither_celery_fab_nor_matplotlib_and_ranges_airflow(
+    wheel_files: dict[str, str],
+) -> None:
+    metadata = next(text for name, text in wheel_files.items() if name.endswith(".dist-info/METADATA"))
+    requires = [
+        line.removeprefix("Requires-Dist: ")
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist: ")
+    ]
+    core = [r for r in requires if "extra ==" not in r]
+    assert "apache-airflow<3.4,>=3.3.0" in core
+    assert not [r for r in core if "==" in r], "the core pins nothing"
+    for package in ("apache-airflow-providers-celery", "apache-airflow-providers-fab", "matplotlib"):
+        assert not [r for r in core if r.startswith(package)], package
+        assert [r for r in requires if r.startswith(package) and "extra ==" in r], f"{package} is an extra"
+    assert "License-Expression: Apache-2.0" in metadata
+
+
+def test_the_wheel_carries_the_license_and_the_sample_catalogs(wheel_files: dict[str, str]) -> None:
+    licenses = [n for n in wheel_files if n.endswith("/LICENSE") and ".dist-info/" in n]
+    assert licenses and "Apache License" in wheel_files[licenses[0]]
+    assert "apiVersion: avsim/v1" in wheel_files["avsim/catalogs/avsim_graphs.yaml"]
+    assert "kind: Capacity" in wheel_files["avsim/catalogs/avsim_capacity.yaml"]
