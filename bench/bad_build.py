@@ -15,7 +15,10 @@ Two builds are measured in the same run, each its own week:
 * ``first GPU phase``: the build passes prepare and crashes in simulate/perceive, the first phase that
   holds a GPU: the costly case, where every crash burns GPU time.
 
+It ends with ``bad_build: spent_vs_planned=R after_decision_share=R`` (the worse of the two builds).
+
     python bench/bad_build.py [--cases 10000] [--time-scale 0.0005] [--gpus 32]
+    python bench/bad_build.py --quick      # 300 cases, GPU spot pool of 8 slots
 """
 
 from __future__ import annotations
@@ -131,7 +134,11 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=0.0005, help="fake seconds per planned second")
     ap.add_argument("--gpus", type=int, default=32, help="GPU spot pool slots")
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--quick", action="store_true", help="300 cases, 8 GPU slots (unless given)")
     args = ap.parse_args()
+    if args.quick:
+        args.cases = 300 if args.cases == ap.get_default("cases") else args.cases
+        args.gpus = 8 if args.gpus == ap.get_default("gpus") else args.gpus
 
     from avsim.devstack.demo import checkout_folder, demo_pools, wait_for_dag
     from avsim.devstack.stack import LocalStack

@@ -9,10 +9,12 @@ first phase's start to the last counted shard's end:
 - the longest scheduler loop (``scheduler.scheduler_loop_duration``, received over
   StatsD on a loopback UDP port) and its median.
 
-Then it prints the ratios large / small (targets: throughput >= 0.9, longest loop <= 1.2).
+Then it prints the ratios large / small (targets: throughput >= 0.9, longest loop <= 1.2), last as
+``scheduler_scale: throughput_ratio=R loop_ratio=R``.
 
     python bench/scheduler_scale.py [--small 1000] [--large 10000] [--shards 4]
         [--shard-size S] [--max-active-shards W] [--sqlite]
+    python bench/scheduler_scale.py --quick      # 40 against 200 cases, 2 shard runs of 20 each
 """
 
 from __future__ import annotations
@@ -231,7 +233,10 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=0.00005)
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--sqlite", action="store_true", help="SQLite instead of a private PostgreSQL cluster")
+    ap.add_argument("--quick", action="store_true", help="40 against 200 cases, 2 shard runs of 20")
     args = ap.parse_args()
+    if args.quick:
+        args.small, args.large, args.shards, args.shard_size, args.max_active_shards = 40, 200, 2, 20, 2
     results = []
     for cases in (args.small, args.large):
         with tempfile.TemporaryDirectory(prefix=f"avsim-bench-{cases}-") as tmp:
@@ -247,6 +252,10 @@ def main() -> None:
     small, large = results
     print(f"throughput ratio large/small: {large.rate / small.rate:.3f}  (target >= 0.9)")
     print(f"longest-loop ratio large/small: {large.max_loop_ms / small.max_loop_ms:.3f}  (target <= 1.2)")
+    print(
+        f"scheduler_scale: throughput_ratio={large.rate / small.rate:.3f} "
+        f"loop_ratio={large.max_loop_ms / small.max_loop_ms:.3f}"
+    )
 
 
 if __name__ == "__main__":

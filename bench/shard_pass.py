@@ -10,7 +10,11 @@ cost, milliseconds per case, and that per-case cost relative to the smallest siz
 constant cost per case would keep it at 1; a pass over every unfinished task instance
 makes it grow with S).
 
+It ends with ``shard_pass: largest_vs_smallest=R ms_per_case=M`` (the per-case cost at the largest
+size relative to the smallest, and that cost in milliseconds).
+
     python bench/shard_pass.py [--sizes 100,250,500,1000,2000]
+    python bench/shard_pass.py --quick      # sizes 10,40
 """
 
 from __future__ import annotations
@@ -79,13 +83,14 @@ def run_size(size: int, base: Path) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="100,250,500,1000,2000")
+    ap.add_argument("--sizes", help="comma separated (100,250,500,1000,2000; 10,40 --quick)")
+    ap.add_argument("--quick", action="store_true", help="small sizes")
     args = ap.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in (args.sizes or ("10,40" if args.quick else "100,250,500,1000,2000")).split(",")]
     with tempfile.TemporaryDirectory(prefix="avsim-shard-pass-") as tmp:
         fixed = run_size(1, Path(tmp))
         print(f"fixed cost (a run of one case): {fixed:.1f}s", flush=True)
-        base = None
+        base = per_case = None
         for size in sizes:
             work = max(run_size(size, Path(tmp)) - fixed, 1e-6)
             per_case = work / size
@@ -95,6 +100,8 @@ def main() -> None:
                 f"{per_case * 1000:6.1f} ms per case, x{per_case / base:.2f} the per-case cost at S={sizes[0]}",
                 flush=True,
             )
+    assert base and per_case
+    print(f"shard_pass: largest_vs_smallest={per_case / base:.3f} ms_per_case={per_case * 1000:.2f}")
 
 
 if __name__ == "__main__":
