@@ -63,31 +63,30 @@ class _Server:
             check=True,
             capture_output=True,
         )
-        opts = (
-            f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off"
-        )
-        subprocess.run(
-            _as_owner(
-                [
-                    _bin("pg_ctl"),
-                    "-D",
-                    str(self.data),
-                    "-o",
-                    opts,
-                    "-l",
-                    str(self.data / "server.log"),
-                    "-w",
-                    "start",
-                ]
-            ),
-            check=True,
-            capture_output=True,
-        )
-        # pg_ctl starts the server in a session of its own: SIGQUIT to its group is an immediate shutdown.
-        self.watcher.session(int((self.data / "postmaster.pid").read_text().split()[0]), "SIGQUIT")
+        self.start()
         atexit.register(self.stop)
         self.databases = 0
         self.migrated = False
+
+    def start(self) -> None:
+        opts = (
+            f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off"
+        )
+        pg_ctl = [_bin("pg_ctl"), "-D", str(self.data), "-o", opts, "-l", str(self.data / "server.log")]
+        subprocess.run(_as_owner([*pg_ctl, "-w", "start"]), check=True, capture_output=True)
+        # pg_ctl starts the server in a session of its own: SIGQUIT to its group is an immediate shutdown.
+        self.watcher.session(int((self.data / "postmaster.pid").read_text().split()[0]), "SIGQUIT")
+
+    def stop_for(self, seconds: float) -> None:
+        """Stop the server (a fast shutdown: every connection dropped), and start it ``seconds`` later,
+        as a database failover or restart looks to its clients."""
+        subprocess.run(
+            _as_owner([_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"]),
+            check=True,
+            capture_output=True,
+        )
+        time.sleep(seconds)
+        self.start()
 
     def url(self, database: str) -> str:
         return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/{database}"
@@ -134,6 +133,13 @@ class _Server:
 
 
 _server: _Server | None = None
+
+
+def stop_server_for(seconds: float) -> None:
+    """Stop the tests' PostgreSQL server for ``seconds`` (see :meth:`_Server.stop_for`)."""
+    if _server is None:
+        raise RuntimeError("no PostgreSQL server is running")
+    _server.stop_for(seconds)
 
 
 @contextlib.contextmanager
