@@ -276,6 +276,27 @@ def test_a_users_kill_deletes_the_pod_and_its_lease_and_commits_nothing(
     next_try_settles_the_killed_attempt(kube, run, case, ledger)
 
 
+def hand_off_leaves_the_pod(
+    kube: FakeKubeAPI, run: dict[str, Any], case: dict[str, Any], supervisor: Supervisor
+) -> tuple[Any, int | None]:
+    """Start a phase, cancel its trigger as a triggerer does on a hand-off (the user-action message),
+    and check that its pod, Lease and process stay; returns the trigger and the pod's process id."""
+    trigger = start_phase(run, case, try_number=1)
+    kube.wait_for_pod(trigger.pod_name, NAMESPACE, phase="Running")
+    pid = kube.process_of(trigger.pod_name, NAMESPACE)
+
+    async def hand_off(triggerer: Triggerer) -> None:
+        await triggerer.user_kill()
+
+    scenario(kube, trigger, hand_off)
+    assert len(supervisor.asked) == 1  # on_kill ran, and asked (or tried to)
+    time.sleep(1.0)
+    assert names(kube, "pods") == {trigger.pod_name} == names(kube, "leases")
+    assert running(pid)
+    assert kube.call_count(verb="delete") == 0
+    return trigger, pid
+
+
 def test_a_trigger_handed_to_another_triggerer_leaves_the_pod_running(
     kube: FakeKubeAPI,
     shard_phase: tuple[dict[str, Any], dict[str, Any]],
@@ -290,19 +311,7 @@ def test_a_trigger_handed_to_another_triggerer_leaves_the_pod_running(
     supervisor = Supervisor("deferred")
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", supervisor, raising=False)
     run, case = shard_phase
-    trigger = start_phase(run, case, try_number=1)
-    kube.wait_for_pod(trigger.pod_name, NAMESPACE, phase="Running")
-    pid = kube.process_of(trigger.pod_name, NAMESPACE)
-
-    async def hand_off(triggerer: Triggerer) -> None:
-        await triggerer.user_kill()
-
-    scenario(kube, trigger, hand_off)
-    assert len(supervisor.asked) == 1  # on_kill ran, and asked
-    time.sleep(1.0)
-    assert names(kube, "pods") == {trigger.pod_name} == names(kube, "leases")
-    assert running(pid)
-    assert kube.call_count(verb="delete") == 0
+    trigger, pid = hand_off_leaves_the_pod(kube, run, case, supervisor)
 
     async def shut_down(triggerer: Triggerer) -> None:
         await triggerer.shut_down()
@@ -338,20 +347,7 @@ def test_a_hand_off_whose_state_cannot_be_read_leaves_the_pod_running(
 
     supervisor = UnreachableSupervisor("deferred")
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", supervisor, raising=False)
-    run, case = shard_phase
-    trigger = start_phase(run, case, try_number=1)
-    kube.wait_for_pod(trigger.pod_name, NAMESPACE, phase="Running")
-    pid = kube.process_of(trigger.pod_name, NAMESPACE)
-
-    async def hand_off(triggerer: Triggerer) -> None:
-        await triggerer.user_kill()
-
-    scenario(kube, trigger, hand_off)
-    assert len(supervisor.asked) == 1  # on_kill ran, and tried to ask
-    time.sleep(1.0)
-    assert names(kube, "pods") == {trigger.pod_name} == names(kube, "leases")
-    assert running(pid)
-    assert kube.call_count(verb="delete") == 0
+    hand_off_leaves_the_pod(kube, *shard_phase, supervisor)
 
 
 def test_a_kill_while_the_trigger_commits_a_pass_deletes_nothing_more(

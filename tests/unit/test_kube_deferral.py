@@ -152,12 +152,9 @@ def _claimed_by_tries(op: KubernetesPhaseOperator, attempt: PhaseAttempt, tries:
     return ledger
 
 
-def test_a_timed_out_deferral_ends_its_own_attempt_and_then_deletes_its_pod(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
-) -> None:
-    """The real ledger and service; the Kubernetes API (the pod deletes) is the recorded boundary."""
-    from avsim.operators.exceptions import PhaseRetriable
-
+def _two_tries(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> tuple[Any, PhaseAttempt, Any, list[str]]:
+    """The operator over a real ledger where tries 1 and 2 claimed attempts 1 and 2; the pods it
+    deletes are recorded (the Kubernetes API is the boundary)."""
     op, attempt = operator(0)
     layout = RunLayout(f"file://{tmp_path}", "avsim_weekly__x")
     attempt = attempt.with_attempt(1, layout=layout)
@@ -167,6 +164,16 @@ def test_a_timed_out_deferral_ends_its_own_attempt_and_then_deletes_its_pod(
     monkeypatch.setattr(op, "attempt_for", lambda context, number=0: (attempt.with_attempt(number), ""))
     deleted: list[str] = []
     monkeypatch.setattr(op, "_delete", lambda ns, name, grace=None: deleted.append(name))
+    return op, attempt, ledger, deleted
+
+
+def test_a_timed_out_deferral_ends_its_own_attempt_and_then_deletes_its_pod(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The real ledger and service; the Kubernetes API (the pod deletes) is the recorded boundary."""
+    from avsim.operators.exceptions import PhaseRetriable
+
+    op, attempt, ledger, deleted = _two_tries(monkeypatch, tmp_path)
     with pytest.raises(PhaseRetriable, match="timed out"):
         op.resume_execution("__fail__", {"error": "Trigger timeout"}, {"ti": TimedOutTI(2)})
     assert deleted == [pods.pod_name("avsim_weekly__x", attempt.case_id, "prepare", 2)]
@@ -186,15 +193,7 @@ def test_a_timed_out_deferral_never_deletes_a_newer_tries_pod(
     live): the fence refuses try 1's end, and attempt 2's pod is left alone."""
     from avsim.ledger.store import AttemptSuperseded
 
-    op, attempt = operator(0)
-    layout = RunLayout(f"file://{tmp_path}", "avsim_weekly__x")
-    attempt = attempt.with_attempt(1, layout=layout)
-    monkeypatch.setattr(op.service, "layout", layout)
-    ledger = _claimed_by_tries(op, attempt, [1, 2])
-    monkeypatch.setattr(op.service, "ledger", ledger)
-    monkeypatch.setattr(op, "attempt_for", lambda context, number=0: (attempt.with_attempt(number), ""))
-    deleted: list[str] = []
-    monkeypatch.setattr(op, "_delete", lambda ns, name, grace=None: deleted.append(name))
+    op, attempt, ledger, deleted = _two_tries(monkeypatch, tmp_path)
     with pytest.raises(AttemptSuperseded):
         op.resume_execution("__fail__", {"error": "Trigger timeout"}, {"ti": TimedOutTI(1)})
     assert pods.pod_name("avsim_weekly__x", attempt.case_id, "prepare", 2) not in deleted
