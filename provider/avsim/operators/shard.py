@@ -279,9 +279,8 @@ class ShardRunOperator(TriggerDagRunOperator):
 
     def _wait_for(self, run_id: str) -> None:
         """The one wait of this task: deferred on :class:`avsim.triggers.shard_run.ShardRunTrigger`,
-        which never resumes it before the scheduler saw the deferring try end (:mod:`avsim.resume`) (a shard run can
-        end within seconds, and Airflow 3.3.2 can fail a task resumed before the scheduler saw the
-        try that deferred end)."""
+        which never resumes it before the scheduler has seen the deferring try end (a shard run can
+        end within seconds, and Airflow 3.3.2 can fail a task resumed sooner: :mod:`avsim.resume`)."""
         from avsim.triggers.shard_run import ShardRunTrigger
 
         self.defer(
