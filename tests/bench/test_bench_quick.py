@@ -1,8 +1,8 @@
-"""The benches that need no Airflow stack run their ``--quick`` mode on a tiny input and print their line.
+"""The benches that run no week run their ``--quick`` mode on a tiny input and print their line.
 
 Each runs as a user runs it (``python bench/<name>.py --quick ...``, a process of its own); the
 assertions read the bench's last line (``<name>: key=value ...``) and check what must hold of any
-run, however small. The benches that start a stack are in test_bench_stacks.py (long tier).
+run, however small. Seconds each; the benches that run weeks on a stack are in test_bench_stacks.py.
 """
 
 from __future__ import annotations
@@ -49,3 +49,11 @@ def test_k8s_api_load_quick_prints_calls_per_phase_second() -> None:
     # The stock trigger polls each pod every 2 s; the shared watch and a 5 s heartbeat ask less.
     assert got["stock_calls_per_phase_second"] > 0
     assert got["avsim_vs_stock"] < 1.0
+
+
+@pytest.mark.integration
+def test_ui_progress_quick_prints_its_ratio() -> None:
+    # A private PostgreSQL and the real API server: about 15 s on 2 cores.
+    got = summary(run_bench("ui_progress", "--quick", timeout=300), "ui_progress")
+    finite(got, "largest_vs_smallest", "cold_largest_vs_smallest", "median_ms")
+    assert got["median_ms"] > 0
