@@ -43,7 +43,8 @@ ROLES = {"weekly-reader": ("avsim_weekly", "avsim_weekly_shard"), "adhoc-reader"
 CHROMIUM = "/usr/bin/chromium"
 
 #: Each role is FAB's Viewer limited to some DAGs: Viewer's permissions but "can read on DAGs" (every
-#: DAG), and "can read on DAG:<id>" for each of its own.
+#: DAG), "can read on DAG:<id>" for each of its own, and "can read on Plugins", without which the
+#: Airflow UI shows no plugin's tab or link (FAB gives it to Op and Admin only).
 ROLES_SCRIPT = """
 import json, sys
 from airflow.providers.fab.auth_manager.cli_commands.utils import get_application_builder
@@ -52,7 +53,7 @@ with get_application_builder() as appbuilder:
     viewer = [Permission(p.action.name, p.resource.name) for p in appbuilder.sm.find_role("Viewer").permissions]
 assert Permission("can_read", "DAGs") in viewer
 for role, dags in json.loads(sys.argv[1]).items():
-    own = [Permission("can_read", f"DAG:{d}") for d in dags]
+    own = [Permission("can_read", f"DAG:{d}") for d in dags] + [Permission("can_read", "Plugins")]
     sync_role(role, [p for p in viewer if p.resource != "DAGs"] + own)
 """
 
