@@ -30,7 +30,14 @@ def test_a_ten_case_week_succeeds(tmp_path: Path) -> None:
         manifest.write_text(json.dumps(doc))
         run_id = "install__week"
         trigger(stack, "avsim_weekly", run_id, {"manifest": str(manifest)})
-        assert wait_for_run(stack, "avsim_weekly", run_id, timeout=900) == "success"
+        state = wait_for_run(stack, "avsim_weekly", run_id, timeout=900)
+        failed = query(
+            stack,
+            "SELECT dag_id, run_id, task_id, map_index FROM task_instance WHERE run_id LIKE :p "
+            "AND state IN ('failed', 'upstream_failed')",
+            p=f"{run_id}%",
+        )
+        assert state == "success", f"failed task instances (their logs: {stack.home / 'logs'}): {failed}"
         shard_runs = query(
             stack,
             "SELECT state FROM dag_run WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p",
