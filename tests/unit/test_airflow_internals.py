@@ -101,19 +101,6 @@ def test_a_task_creates_a_dag_run_through_its_supervisor_as_the_task_runner_does
     assert ErrorType.DAGRUN_ALREADY_EXISTS
 
 
-def test_the_resume_bound_holds_from_the_start_of_the_trigger() -> None:
-    import asyncio
-    import time
-
-    began = time.monotonic()
-    asyncio.run(airflow_internals.resume_not_before(began, 0.3))
-    assert time.monotonic() - began >= 0.3
-    late = time.monotonic() - 5  # already past the bound: no wait
-    t0 = time.monotonic()
-    asyncio.run(airflow_internals.resume_not_before(late, 0.3))
-    assert time.monotonic() - t0 < 0.1
-
-
 def test_task_instance_state_reads_the_execution_apis_keys() -> None:
     """``task_instance_state`` relies on how Airflow 3.3.2's execution API keys another task instance's
     state (``<task id>_<map index>`` for a mapped one): pinned on the route's source, so an upgrade that

@@ -168,7 +168,10 @@ def test_every_deferral_of_the_gate_and_the_tracker_has_a_timeout() -> None:
     gate = CanaryGateSensor(task_id="canary_gate", run=run, canary=canary, timeout=3600)
     tracker = DeadlineTrackerSensor(task_id="deadline", run=run, shard_dag_id="avsim_weekly_shard", phases={})
     # The gate reads its try's round from its task instance (the week's first round here).
-    first_try = {"ti": types.SimpleNamespace(max_tries=0, try_number=1)}
+    first_try = {
+        "ti": types.SimpleNamespace(max_tries=0, try_number=1, dag_id="avsim_weekly"),
+        "dag_run": types.SimpleNamespace(run_id="r"),
+    }
     for sensor, expected in ((gate, 3600), (tracker, 14 * 24 * 3600)):
         with pytest.raises(TaskDeferred) as deferred:
             sensor.execute(first_try)
