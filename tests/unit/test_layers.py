@@ -274,6 +274,7 @@ def test_the_declared_order_is_read_as_written() -> None:
     ranks = declared_layers(DESIGN.read_text(encoding="utf-8"))
     assert ranks["errors"] == ranks["hooks"] == (1, 0)
     assert ranks["ui"][0] == 4 and ranks["links"][0] < 4  # the operators' link is below the pages
+    assert ranks["report"] < ranks["triage"] < ranks["ui"] and ranks["triage"][0] == ranks["plan"][0]
     assert ranks["operators"] < ranks["sensors"] < ranks["dagbuild"] < ranks["plugin"]
     assert ranks["sensors"][0] == 5 and ranks["cli"][0] == ranks["devstack"][0] == 6
     assert "source" not in ranks and "manifest.source" not in ranks  # commentary in parentheses
