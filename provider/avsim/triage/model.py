@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from avsim.phases.contract import Outcome
 
-TRIAGE_SCHEMA = "avsim/triage/v1"
+TRIAGE_SCHEMA: Final = "avsim/triage/v1"
 #: The outcomes of a rerun that are a result of the scenario (anything else: the rerun did not really run).
 RESULTS = (Outcome.PASSED, Outcome.SCENARIO_FAILED)
 
