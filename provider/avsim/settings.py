@@ -231,6 +231,25 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "scheduler's (StatsD scheduler.scheduler_loop_duration / unfinished task instances). "
         "'avsim plan' and the planner use it for the loop time and its delay.",
     ),
+    # triage of newly failing cases
+    "triage_gpu_share": (
+        "0.02",
+        "float",
+        "Most share of the week's GPU-seconds that triage's reruns of newly failing cases may use "
+        "(0.02: 2 %); cases that do not fit are listed as not triaged. 0 turns triage off.",
+    ),
+    "triage_reruns": (
+        "2",
+        "integer",
+        "Reruns of a newly failing case's failing phase (and its downstream) on this week's build; "
+        "one more runs on last week's build.",
+    ),
+    "determinism_sample": (
+        "0.005",
+        "float",
+        "Share of the week's passed cases the determinism audit reruns on the same build and seed "
+        "(at least 5 cases); 0 turns the audit off.",
+    ),
 }
 
 
@@ -313,6 +332,27 @@ class ManifestSafetySettings:
                 )
 
 
+@dataclass(frozen=True)
+class TriageSettings:
+    """``[avsim] triage_gpu_share``, ``triage_reruns`` and ``determinism_sample``."""
+
+    gpu_share: float = 0.02
+    reruns: int = 2
+    determinism_sample: float = 0.005
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.gpu_share <= 1:
+            raise ConfigError(
+                f"[avsim] triage_gpu_share = {self.gpu_share}; use a share in [0, 1], e.g. 0.02"
+            )
+        if not 1 <= self.reruns <= 10:
+            raise ConfigError(f"[avsim] triage_reruns = {self.reruns}; use 1..10")
+        if not 0 <= self.determinism_sample <= 1:
+            raise ConfigError(
+                f"[avsim] determinism_sample = {self.determinism_sample}; use a share in [0, 1], e.g. 0.005"
+            )
+
+
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
@@ -341,6 +381,7 @@ class AvsimSettings:
     cases_in_flight: int = 0
     scheduler_ms_per_task_instance: float = 3.0
     admission: str = "cases_in_flight"
+    triage: TriageSettings = field(default_factory=TriageSettings)
 
     def __post_init__(self) -> None:
         if self.admission not in ADMISSION_MODES:
@@ -467,6 +508,11 @@ def load_settings() -> AvsimSettings:
             cases_in_flight=int(get("cases_in_flight")),
             scheduler_ms_per_task_instance=float(get("scheduler_ms_per_task_instance")),
             admission=get("admission").strip(),
+            triage=TriageSettings(
+                gpu_share=float(get("triage_gpu_share")),
+                reruns=int(get("triage_reruns")),
+                determinism_sample=float(get("determinism_sample")),
+            ),
         )
     except ValueError as exc:
         raise ConfigError(f"[avsim] has a value of the wrong type: {exc}") from exc

@@ -18,12 +18,14 @@ from pydantic import Field
 from avsim.phases.contract import Outcome
 from avsim.plan.model import FamilyPlan, WeeklyPlan
 from avsim.report.compare import compare_cases
+from avsim.settings import TriageSettings
 from avsim.triage.model import BuildSide, CaseTriage, OutputDifference, Rerun, TriageVerdict, _Model
 
 #: ``[avsim] triage_gpu_share``, ``triage_reruns`` and ``determinism_sample``'s defaults.
-GPU_SHARE = 0.02
-RERUNS = 2
-AUDIT_SHARE = 0.005
+GPU_SHARE = TriageSettings().gpu_share
+RERUNS = TriageSettings().reruns
+AUDIT_SHARE = TriageSettings().determinism_sample
+#: The fewest passed cases the determinism audit reruns (all of them when the week has fewer).
 AUDIT_MIN = 5
 
 
@@ -228,7 +230,9 @@ def fit_budget(
     skipped: list[CaseTriage] = []
     for c in ranked(candidates):
         cost = costs.get(c.case_id)
-        if cost is None:
+        if share <= 0:
+            why = "[avsim] triage_gpu_share is 0: triage is off"
+        elif cost is None:
             why = f"the plan has no phase {c.failing_phase!r} in graph {c.graph!r} to estimate its reruns"
         elif cost.wall_seconds > seconds_left:
             why = (
@@ -260,7 +264,9 @@ def audit_sample(
     passed: Iterable[str], seed: str, share: float = AUDIT_SHARE, minimum: int = AUDIT_MIN
 ) -> tuple[str, ...]:
     """``share`` of the passed cases (at least ``minimum``, at most all), the same for the same
-    ``seed`` (the week's id) and cases in any order."""
+    ``seed`` (the week's id) and cases in any order; none when ``share`` is 0 (the audit is off)."""
+    if share <= 0:
+        return ()
     ids = sorted(set(passed))
     count = min(len(ids), max(minimum, math.ceil(share * len(ids))))
 
