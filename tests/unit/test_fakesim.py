@@ -283,3 +283,45 @@ def test_bad_input_until_the_missing_input_is_restored(tmp_path: Path) -> None:
     assert run(1) == contract.EXIT_BAD_INPUT
     marker.touch()
     assert run(2) == 0
+
+
+BUILD_A = "registry/sim@sha256:" + "a" * 64
+BUILD_B = "registry/sim@sha256:" + "b" * 64
+
+
+def test_a_scenario_fault_keyed_on_the_build_fails_on_that_build_only(tmp_path: Path) -> None:
+    params = json.dumps({"fakesim": {"simulate": "scenario_failed_on:sha256:bbbbbb"}})
+    on_b = fakesim(env_for(tmp_path, "b", IMAGE=BUILD_B, PARAMETERS=params), "simulate", "--duration", "0")
+    assert on_b.returncode == contract.EXIT_SCENARIO_FAILED, on_b.stderr
+    assert result_of(tmp_path, "b")["outcome"] == "scenario_failed"
+    on_a = fakesim(env_for(tmp_path, "a", IMAGE=BUILD_A, PARAMETERS=params), "simulate", "--duration", "0")
+    assert on_a.returncode == contract.EXIT_PASSED, on_a.stderr
+    vague = json.dumps({"fakesim": {"simulate": "scenario_failed_on:sha256:"}})
+    refused = fakesim(env_for(tmp_path, "v", PARAMETERS=vague), "simulate", "--duration", "0")
+    assert refused.returncode == contract.EXIT_BAD_INPUT and "6 to 64 hex digits" in refused.stderr
+
+
+def _flakes(tmp_path: Path, out: str, rate: str, **env: Any) -> bool:
+    from avsim.devstack.fakesim import PhaseEnv
+
+    params = json.dumps({"fakesim": {"simulate": f"flake:{rate}"}})
+    return PhaseEnv.from_environ(env_for(tmp_path, out, PARAMETERS=params, **env)).flakes()
+
+
+def test_a_flake_differs_between_attempt_scopes_and_repeats_within_one(tmp_path: Path) -> None:
+    scopes = [f"runs/k/cases/c/simulate/rerun-{i}/attempt-1" for i in range(200)]
+    draws = [_flakes(tmp_path, s, "0.3") for s in scopes]
+    assert 40 <= sum(draws) <= 80  # about 30 % of 200
+    assert draws == [_flakes(tmp_path, s, "0.3") for s in scopes]  # reproducible
+    assert draws != [_flakes(tmp_path, s, "0.3", SEED=43) for s in scopes]  # the seed counts
+    assert not any(_flakes(tmp_path, s, "0") for s in scopes[:20])
+    assert all(_flakes(tmp_path, s, "1") for s in scopes[:20])
+    failing = scopes[draws.index(True)]
+    passing = scopes[draws.index(False)]
+    params = json.dumps({"fakesim": {"simulate": "flake:0.3"}})
+    for out, code in ((failing, contract.EXIT_SCENARIO_FAILED), (passing, contract.EXIT_PASSED)):
+        proc = fakesim(env_for(tmp_path, out, PARAMETERS=params), "simulate", "--duration", "0")
+        assert proc.returncode == code, proc.stderr
+    bad = json.dumps({"fakesim": {"simulate": "flake:often"}})
+    refused = fakesim(env_for(tmp_path, "x", PARAMETERS=bad), "simulate", "--duration", "0")
+    assert refused.returncode == contract.EXIT_BAD_INPUT and "probability between 0 and 1" in refused.stderr

@@ -19,7 +19,9 @@ node pool that stays broken until someone fixes it (and creates the marker) and 
 ``bad_input_until:URI`` is bad input while URI does not exist (a scenario missing from its store until
 someone restores it). ``no_output`` (with the same ``_once``, ``_before:N``, ``_until:URI`` forms) is a lost write: the phase
 does its work and exits as it would (0, or 3 for a failed scenario) but leaves nothing under
-``OUTPUT_URI``, as a write that never reached the artifact store.
+``OUTPUT_URI``, as a write that never reached the artifact store. ``scenario_failed_on:DIGEST`` fails
+the scenario on one build only (:meth:`PhaseEnv.fails_on_build`); ``flake:P`` fails it with
+probability P per attempt scope (:meth:`PhaseEnv.flakes`).
 
 The phase renews its heartbeat (:mod:`avsim.phases.heartbeat`) from its work loop.
 """
@@ -51,6 +53,7 @@ LOST_WRITE = "no_output"
 #: Length of one sleep of the work loop, in seconds.
 STEP_SECONDS = 0.05
 _CKPT_RE = re.compile(r"ckpt-(\d+)\.json$")
+_DIGEST_PREFIX_RE = re.compile(r"^sha256:[0-9a-f]{6,64}$")
 _USERINFO_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://[^/@]*@(?P<rest>.*)$")
 
 
@@ -152,6 +155,35 @@ class PhaseEnv:
             if part.startswith(prefix) and not _exists(part[len(prefix) :]):
                 return "bad_input"
         return ""
+
+    def fails_on_build(self) -> bool:
+        """``scenario_failed_on:DIGEST``: the scenario fails when the image's digest starts with DIGEST
+        (``sha256:`` and 6 to 64 hex digits), so a case can fail on build B and pass on build A."""
+        digest = self.image.rpartition("@")[2] if "@" in self.image else ""
+        for part in self.forced_parts:
+            prefix = "scenario_failed_on:"
+            if part.startswith(prefix):
+                wanted = part[len(prefix) :]
+                if not _DIGEST_PREFIX_RE.match(wanted):
+                    bad_input(f"{part!r}: name the build as sha256: and 6 to 64 hex digits")
+                if digest.startswith(wanted):
+                    return True
+        return False
+
+    def flakes(self) -> bool:
+        """``flake:P``: the scenario fails with probability P, drawn per attempt scope (the seed, the
+        case, the phase and ``OUTPUT_URI``): the same attempt gives the same result, another attempt or
+        rerun of the case may not."""
+        for part in self.forced_parts:
+            if part.startswith("flake:"):
+                try:
+                    rate = float(part[len("flake:") :])
+                except ValueError:
+                    rate = -1.0
+                if not 0.0 <= rate <= 1.0:
+                    bad_input(f"{part!r}: the flake rate is a probability between 0 and 1")
+                return self.rng("flake", self.output_uri).random() < rate
+        return False
 
     def fault_forced(self, fault: str) -> bool:
         """Whether the parameters inject ``fault`` (crash, preempt, hang) into this attempt."""
@@ -315,8 +347,11 @@ def run(kind: str, args: argparse.Namespace, env: PhaseEnv) -> int:
     forced = env.forced
     if forced == "bad_input" or env.rng("bad_input").random() < args.bad_input_rate:
         bad_input(f"{kind} of case {env.case_id!r} rejected its scenario {env.scenario_uri or '(none)'}")
-    failed = forced == "scenario_failed" or (
-        kind in DRIVING_KINDS and env.rng("scenario").random() < args.scenario_fail_rate
+    failed = (
+        forced == "scenario_failed"
+        or env.fails_on_build()
+        or env.flakes()
+        or (kind in DRIVING_KINDS and env.rng("scenario").random() < args.scenario_fail_rate)
     )
     crash_rng = env.rng("crash", env.attempt)
     fault = next((f for f in FAULTS if env.fault_forced(f)), "")
