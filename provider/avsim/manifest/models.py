@@ -413,11 +413,41 @@ class _RunnableSpec(_Strict):
         return self.resources.resource_class is ResourceClass.GPU and self.retry.preemption > 0
 
 
+def _output_path(v: str) -> str:
+    """A declared output is a relative path under the attempt's ``OUTPUT_URI``."""
+    parts = v.split("/")
+    if v.startswith("/") or "://" in v or "\\" in v or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(
+            f"{v!r} is not a path under the phase's OUTPUT_URI; write it relative, e.g. trace.jsonl"
+        )
+    return v
+
+
+#: A file a phase writes under its attempt's ``OUTPUT_URI``, named relative to it.
+OutputPath = Annotated[
+    str, StringConstraints(max_length=512), AfterValidator(_exact_text), AfterValidator(_output_path)
+]
+
+
 class PhaseSpec(_RunnableSpec):
     """One phase of a case's graph."""
 
     checkpoint: Bool = False
     pod: PodOverrides = PodOverrides()
+    deterministic_outputs: tuple[OutputPath, ...] = Field(
+        default=(),
+        max_length=100,
+        description="outputs (paths relative to OUTPUT_URI) that the same build, inputs and seed write byte for "
+        "byte the same: the determinism audit reruns sampled passed cases and compares their digests",
+    )
+
+    @field_validator("deterministic_outputs")
+    @classmethod
+    def _outputs_once(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        dupes = sorted({d for d in v if v.count(d) > 1})
+        if dupes:
+            raise ValueError(f"deterministic_outputs lists {', '.join(dupes)} more than once; list each once")
+        return v
 
 
 class GraphSpec(_Strict):
