@@ -14,7 +14,7 @@ import typer
 from avsim.cli_common import MAX_CASES, AvsimGroup, finite
 from avsim.cli_manifest import catalog_app, manifest_app
 from avsim.cli_plan import plan
-from avsim.cli_runs import breaker_app, pools_app, report, rerun_failed, service_role_app
+from avsim.cli_runs import breaker_app, pools_app, report, rerun_failed, service_role_app, triage
 from avsim.errors import AvsimError
 
 app = typer.Typer(
@@ -29,6 +29,7 @@ app.add_typer(pools_app, name="pools")
 app.add_typer(breaker_app, name="breaker")
 app.add_typer(service_role_app, name="service-role")
 app.command("report")(report)
+app.command("triage")(triage)
 app.command("plan")(plan)
 app.command("rerun-failed")(rerun_failed)
 

@@ -1,4 +1,4 @@
-"""The commands on a deployment's runs and state: report, rerun-failed, pools, breaker, service-role."""
+"""The commands on a deployment's runs and state: report, triage, rerun-failed, pools, breaker, service-role."""
 
 from __future__ import annotations
 
@@ -68,6 +68,22 @@ def report(
     }
     uris = write_week_report(descriptor, list(head.get("run_phases", {})))
     typer.echo(json.dumps(uris, indent=2))
+
+
+def triage(
+    run: str = typer.Argument(..., help="The run key or parent run id whose triage to print."),
+    artifact_root: str = ArtifactRoot,
+    dag_id: str = typer.Option("avsim_weekly", help="The weekly DAG, to turn a run id into its run key."),
+) -> None:
+    """Print the verdicts on a week's newly failing cases (report/triage.json); exit 1 when any is a
+    regression, so a release gate can run it."""
+    from avsim.triage.store import read_triage
+    from avsim.triage.text import render
+
+    found = read_triage(run_layout(run, artifact_root, dag_id))
+    typer.echo(render(found))
+    if found.regressions:
+        raise typer.Exit(code=1)
 
 
 def rerun_failed(

@@ -67,6 +67,7 @@ def bad_inputs(
         ("catalog", "write"): ([str(tmp_path / "g.yaml"), "--from", missing], "file not found"),
         ("demo",): (["--home", str(a_file)], "is a file"),
         ("report",): (["no-such-run", *root], "no run 'no-such-run'"),
+        ("triage",): (["no-such-run", *root], "no run 'no-such-run'"),
         ("plan",): ([missing, "--gpus", "1", "--cpus", "1"], "file not found"),
         ("pools", "sync"): ([missing], "cannot be read"),
         ("rerun-failed",): (["no-such-run", *root], "no run 'no-such-run'"),
