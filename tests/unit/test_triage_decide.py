@@ -233,3 +233,49 @@ def test_declared_outputs_that_differ_or_are_missing_are_listed() -> None:
         ("simulate", "trace.jsonl", "d1", "d2"),
     ]
     assert differing_outputs("c", declared, first, first) == []
+
+
+# ----------------------------------------------------------------------------- the whole chain
+
+
+def test_a_week_with_regressions_flakes_and_a_broken_pool_is_classified() -> None:
+    """Three cases regress on this build, two flake, one meets a broken pool; one more does not fit."""
+    from avsim.triage.decide import triage_report
+    from avsim.triage.model import TriageReport
+
+    kinds = {"reg-1": "regress", "reg-2": "regress", "reg-3": "regress", "flk-1": "flake",
+             "flk-2": "flake", "pool-1": "pool", "late-1": "regress"}  # fmt: skip
+    previous = [row(c, "passed") for c in kinds] + [row("ok", "passed")]
+    current = [row(c, "scenario_failed", phase="render" if c != "late-1" else "simulate") for c in kinds]
+    current += [row("ok", "passed")]
+    found = newly_failing(current, previous)
+    ranked, costs = with_plan(PLAN, found, reruns=3)
+    # A render case's reruns cost 3 x 600 GPU-s and take 660 s: the 10,800 GPU-s budget (2 % of the
+    # week) fits the six of them; the simulate case's take 2,460 s, more than the 1,200 s left.
+    decision = fit_budget(ranked, costs, week_gpu_seconds=540_000, seconds_left=1_200)
+    assert {c.case_id for c in decision.chosen} == set(kinds) - {"late-1"}
+
+    def outcomes(case: str, side: BuildSide) -> list[Outcome | None]:
+        kind = kinds[case]
+        if kind == "pool":
+            return [X, X] if side is BuildSide.THIS else [X]
+        if side is BuildSide.LAST:
+            return [P]
+        return [F, F] if kind == "regress" else [F, P]
+
+    runs = [
+        Rerun(case_id=c.case_id, build=side, build_digest=THIS if side is BuildSide.THIS else LAST,
+              index=i, outcome=o, reason="node pool gpu-a has no driver" if o is X else "")
+        for c in decision.chosen
+        for side in BuildSide
+        for i, o in enumerate(outcomes(c.case_id, side), 1)
+    ]  # fmt: skip
+    report = triage_report("avsim_weekly__w2", decision, runs, k=2, iso_week="2026-W50", build_digest=THIS)
+    verdicts = {c.case_id: c.verdict.value for c in report.cases}
+    assert verdicts == {"reg-1": "regression", "reg-2": "regression", "reg-3": "regression",
+                        "flk-1": "flaky", "flk-2": "flaky", "pool-1": "environment",
+                        "late-1": "not_triaged"}  # fmt: skip
+    assert "node pool gpu-a has no driver" in {c.case_id: c.reason for c in report.cases}["pool-1"]
+    assert report.counts == {"regression": 3, "flaky": 2, "environment": 1, "not_triaged": 1}
+    assert report.planned_gpu_seconds <= report.budget_gpu_seconds == 0.02 * 540_000
+    assert TriageReport.model_validate_json(report.to_json()) == report

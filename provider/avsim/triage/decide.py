@@ -19,7 +19,15 @@ from avsim.phases.contract import Outcome
 from avsim.plan.model import FamilyPlan, WeeklyPlan
 from avsim.report.compare import compare_cases
 from avsim.settings import TriageSettings
-from avsim.triage.model import BuildSide, CaseTriage, OutputDifference, Rerun, TriageVerdict, _Model
+from avsim.triage.model import (
+    BuildSide,
+    CaseTriage,
+    OutputDifference,
+    Rerun,
+    TriageReport,
+    TriageVerdict,
+    _Model,
+)
 
 #: ``[avsim] triage_gpu_share``, ``triage_reruns`` and ``determinism_sample``'s defaults.
 GPU_SHARE = TriageSettings().gpu_share
@@ -254,6 +262,25 @@ def fit_budget(
         not_triaged=tuple(skipped),
         budget_gpu_seconds=budget,
         planned_gpu_seconds=budget - left,
+    )
+
+
+def triage_report(
+    run_key: str,
+    decision: BudgetDecision,
+    reruns: Sequence[Rerun],
+    k: int = RERUNS,
+    **meta: Any,
+) -> TriageReport:
+    """The week's triage document: a verdict for each chosen case from its reruns, and the cases
+    the budget left out; ``meta`` fills the rest (iso_week, build digests, audit, message)."""
+    cases = [triage_case(c, reruns, k) for c in decision.chosen]
+    return TriageReport.of(
+        run_key,
+        [*cases, *decision.not_triaged],
+        budget_gpu_seconds=decision.budget_gpu_seconds,
+        planned_gpu_seconds=decision.planned_gpu_seconds,
+        **meta,
     )
 
 
