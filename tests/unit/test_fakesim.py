@@ -325,3 +325,14 @@ def test_a_flake_differs_between_attempt_scopes_and_repeats_within_one(tmp_path:
     bad = json.dumps({"fakesim": {"simulate": "flake:often"}})
     refused = fakesim(env_for(tmp_path, "x", PARAMETERS=bad), "simulate", "--duration", "0")
     assert refused.returncode == contract.EXIT_BAD_INPUT and "probability between 0 and 1" in refused.stderr
+
+
+def test_a_fault_in_a_scope_hits_only_the_attempts_written_there(tmp_path: Path) -> None:
+    """``crash_in:TEXT``: a pool broken for one kind of attempt (a triage rerun) and not for the week's."""
+    params = json.dumps({"fakesim": {"simulate": "scenario_failed_on:sha256:bbbbbb+crash_in:/triage/"}})
+    week = fakesim(env_for(tmp_path, "week/attempt-1", IMAGE=BUILD_B, PARAMETERS=params), "simulate",
+                   "--duration", "0")  # fmt: skip
+    assert week.returncode == contract.EXIT_SCENARIO_FAILED, week.stderr
+    rerun = fakesim(env_for(tmp_path, "x/triage/this-1/attempt-1", IMAGE=BUILD_B, PARAMETERS=params),
+                    "simulate", "--duration", "0.02")  # fmt: skip
+    assert rerun.returncode == 1 and "simulated crash" in rerun.stderr

@@ -15,7 +15,9 @@ where FAULT is ``crash`` (exit 1: an infrastructure failure), ``preempt`` (the p
 SIGTERM, as a spot reclaim ends it on the local backend) or ``hang`` (the process stops working and
 stops its heartbeat, and waits to be killed). ``FAULT_once`` hits attempt 1 only; ``FAULT_before:N``
 hits every attempt below N; ``FAULT_until:URI`` hits every attempt while URI does not exist, like a
-node pool that stays broken until someone fixes it (and creates the marker) and reruns the phase. Several may be combined with ``+`` (``preempt_before:3+crash_once``).
+node pool that stays broken until someone fixes it (and creates the marker) and reruns the phase;
+``FAULT_in:TEXT`` hits every attempt whose ``OUTPUT_URI`` holds TEXT (the reruns of one scope, say
+``crash_in:/triage/``). Several may be combined with ``+`` (``preempt_before:3+crash_once``).
 ``bad_input_until:URI`` is bad input while URI does not exist (a scenario missing from its store until
 someone restores it). ``no_output`` (with the same ``_once``, ``_before:N``, ``_until:URI`` forms) is a lost write: the phase
 does its work and exits as it would (0, or 3 for a failed scenario) but leaves nothing under
@@ -196,6 +198,9 @@ class PhaseEnv:
             prefix = f"{fault}_until:"
             if part.startswith(prefix):
                 return not _exists(part[len(prefix) :])
+            prefix = f"{fault}_in:"
+            if part.startswith(prefix) and part[len(prefix) :] and part[len(prefix) :] in self.output_uri:
+                return True
         return False
 
 
