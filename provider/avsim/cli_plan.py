@@ -278,7 +278,8 @@ def plan(
         as_json=as_json,
         time_scale=time_scale,
         cases_in_flight=cfg.cases_in_flight,
-        admission_max_active_shards=cfg.max_active_shards,
+        # Admitting by cases in flight, W caps nothing: shard runs start as the week has room.
+        admission_max_active_shards=None,
         ms_setting=cfg.ms_setting,
         per_loop_setting=cfg.per_loop_setting,
     )

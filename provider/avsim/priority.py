@@ -235,7 +235,7 @@ class ControlTask(enum.Enum):
     BOOKKEEPING = "bookkeeping"
     #: ``close_week`` and ``report``: after every case, nothing waits behind them.
     WEEK_END = "week_end"
-    #: The parent's ``shards``: see :func:`control_priority`.
+    #: The parent's ``shard_start`` and ``shards``: see :func:`control_priority`.
     SHARD_START = "shard_start"
 
 
@@ -246,17 +246,18 @@ _CONTROL_FACTORS = {ControlTask.CANARY: 3, ControlTask.BOOKKEEPING: 2, ControlTa
 def control_priority(task: ControlTask, run_class: RunClass | str) -> dict[str, Any]:
     """The ``priority_weight`` and ``weight_rule`` of a task that is not a phase (operator kwargs).
 
-    A ``shards`` task (:attr:`ControlTask.SHARD_START`) weighs its run's phase base with a path of 0,
+    A ``shard_start`` or ``shards`` task (:attr:`ControlTask.SHARD_START`) weighs its run's phase base
+    with a path of 0,
     under the phases' own strategy: below every phase of its run (each weighs the base plus a path of
     at least 1) and above every phase ranked lower. So the current week's weigh :data:`WEEKLY_BASE`
     (ahead of an earlier week's and ad-hoc phases), and an earlier week's or an ``avsim rerun-failed``
     run's :data:`EARLIER_WEEK_BASE` (below their own phases, which weigh that base plus their path).
 
-    Why below: a ``shards`` task held back by ``max_active_shards`` stays *scheduled*. Airflow 3.3's
+    Why below: a ``shard_start`` task held back by its per-run cap stays *scheduled*. Airflow 3.3's
     scheduler takes the heaviest scheduled task instances (at most its free executor slots, 16 here),
     learns only from that list that a task is at its per-run limit, and stops once a pass found
-    anything to queue: weighing more than the phases, k waiting ``shards`` left a loop 16 - k phases
-    to queue, one at k = 15, the tail of every week (docs/design.md, "Admission by cases in flight").
+    anything to queue: weighing more than the phases, k waiting tasks would leave a loop 16 - k phases
+    to queue (docs/design.md, "Admission by cases in flight").
 
     The others weigh a multiple of their class's base, absolute (:class:`ControlTask`)."""
     if task is ControlTask.SHARD_START:

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from avsim.cli import app
 from avsim.errors import ConfigError
+from avsim.manifest.models import Manifest
 from avsim.manifest.sample import sample_manifest, write_sample
 from avsim.manifest.validation import validate_manifest
 from avsim.plan.admission import (
@@ -268,7 +269,9 @@ def test_the_plan_command_speaks_of_the_pools_pace_and_the_loop(tmp_path: Path) 
     done = runner.invoke(app, args)
     assert done.exit_code == 0, done.output
     out = done.output
-    assert "admission by cases in flight: at most" in out
+    # The target and why: here the cases the scheduler carries comfortably, above Little's law.
+    assert "admission by cases in flight: target 123 unfinished cases (the 123 cases whose task" in out
+    assert "above Little's law x 2 = 71 over the GPU pool" in out
     assert "phase starts per second" in out
     assert "x 3 ms ([avsim] scheduler_ms_per_task_instance)" in out
     assert "per loop ([scheduler] max_tis_per_query)" in out
@@ -306,3 +309,25 @@ def test_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__AVSIM__CASES_IN_FLIGHT", "-1")
     with pytest.raises(ConfigError, match="cases_in_flight"):
         load_settings()
+
+
+def test_a_week_the_scheduler_carries_comfortably_is_not_throttled() -> None:
+    """Two GPUs give a Little's-law target of a few cases: admitted alone, the week's GPU phases run dry
+    between shard runs and a lower class takes the slots. A week whose task instances keep the loop
+    within COMFORTABLE_LOOP_SECONDS keeps all its cases in flight; a larger one at least that many."""
+    from avsim.plan.admission import COMFORTABLE_LOOP_SECONDS, comfortable_cases
+
+    small = workload_from_manifest(Manifest.model_validate(sample_manifest(20))).case_load()
+    large = workload_from_manifest(Manifest.model_validate(sample_manifest(2000))).case_load()
+    two_gpus = Pools(spot_gpus=2, cpus=16)
+    floor = comfortable_cases(large, 3.0)
+    assert floor == int(COMFORTABLE_LOOP_SECONDS * 1000 / 3.0 / large.task_instances)
+    assert target_cases_in_flight(large, two_gpus) < 10 < floor
+    assert target_cases_in_flight(small, two_gpus, floor=comfortable_cases(small, 3.0)) == 20
+    assert target_cases_in_flight(large, two_gpus, floor=floor) == floor
+    # Where Little's law asks for more, the floor changes nothing; unknown loop cost: no floor.
+    many = Pools(spot_gpus=280, cpus=200)
+    assert target_cases_in_flight(large, many, floor=floor) == target_cases_in_flight(large, many) > floor
+    assert comfortable_cases(large, 0.0) == 0
+    # The configured figure wins over both.
+    assert target_cases_in_flight(large, two_gpus, configured=7, floor=floor) == 7

@@ -9,6 +9,7 @@ are the real ones.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from typing import Any
@@ -205,3 +206,18 @@ def test_no_event_sooner_than_the_minimum_wait() -> None:
     event = _first_event(_trigger(fake, min_wait_seconds=0.3))
     assert event["status"] == "admitted" and fake.counts == 1
     assert time.monotonic() - began >= 0.3
+
+
+def test_a_window_week_admits_by_shard_runs_in_progress_not_by_cases() -> None:
+    """``[avsim] admission = window``: the ``shard_start`` tasks are not capped by W any more, so the
+    trigger holds shard 3 while W shard runs are in progress, and admits it when one has ended."""
+    window = dataclasses.replace(WEEK, window=2)
+    fake = FakeCounts()  # shard runs 1 and 2 in progress
+    trigger = _trigger(fake, week=window.to_json(), recheck_seconds=0.2)
+    event = _first_event(trigger)
+    assert event["status"] == "recheck" and "2 shard runs in progress, W = 2" in event["reason"]
+    assert fake.counts == 0, "the window counts shard runs, never cases"
+    # Shard run 1 out of the count (as one whose summarize ended), its start done: one place.
+    fake.runs, fake.shards = (2,), {"shards_0": "success", "shards_1": "success", "shards_2": "deferred"}
+    event = _first_event(_trigger(fake, week=window.to_json()))
+    assert event["status"] == "admitted" and "1 shard runs in progress < W = 2" in event["reason"]

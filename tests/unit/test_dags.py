@@ -30,11 +30,18 @@ def test_parent_shape(dagbag) -> None:
     assert {"prepare", "shards", "report"} <= ids
     assert dag.task_dict["report"].trigger_rule == "all_done_min_one_success"
     shards = dag.task_dict["shards"]
-    assert "prepare" in shards.upstream_task_ids
-    # The week's window: at most W shard runs started and not finished at once.
+    start = dag.task_dict["shard_start"]
+    assert "prepare" in start.upstream_task_ids and start.task_id in shards.upstream_task_ids
+    # Only the starts are capped: a shard run held by its slowest case never keeps the next from
+    # starting, and a repair (a cleared `shards`) never waits for a slot.
+    from avsim.operators.shard import SHARD_STARTS_AT_ONCE
     from avsim.settings import AvsimSettings
 
-    assert shards.max_active_tis_per_dagrun == AvsimSettings().max_active_shards
+    assert start.max_active_tis_per_dagrun == SHARD_STARTS_AT_ONCE
+    assert shards.max_active_tis_per_dagrun is None
+    assert start.window == shards.window == AvsimSettings().max_active_shards
+    # One map index per shard for both: shards[k] waits for shard_start[k] alone.
+    assert start.task_group is shards.task_group and start.task_group.group_id == "shard_runs"
     # A repair of an earlier week runs beside this week: more than one weekly run is active at once.
     assert dag.max_active_runs == 2
     summary = [t for t in ids if t.startswith("run_phases.")]
@@ -42,7 +49,7 @@ def test_parent_shape(dagbag) -> None:
     assert dag.task_dict[summary[0]].trigger_rule == "all_done_min_one_success"
     # The canary runs first; the gate stands between it and the rest of the week.
     assert {"canary", "canary_gate"} <= ids
-    assert "canary_gate" in shards.upstream_task_ids
+    assert "canary_gate" in start.upstream_task_ids
     assert {"canary", "shards"} <= dag.task_dict["report"].upstream_task_ids
 
 
@@ -114,11 +121,13 @@ def test_shard_dag_has_one_mapped_group_per_family(dagbag) -> None:
 
     plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml")
     dag = dagbag.dags["avsim_weekly_shard"]
-    # Each week's window plus its canary shard run, for the two weeks active at once (a repair of last
-    # week beside this week): neither week's shard runs queue behind the other's.
+    # Every shard run of the two weeks active at once (a repair of last week beside this week), their
+    # canaries included: the weekly run admits shard runs, and an admitted one never queues behind a
+    # shard run held by a straggler.
     from avsim.dagbuild.weekly import WEEKS_AT_ONCE
+    from avsim.plan.admit import MAX_SHARD_RUNS
 
-    assert dag.max_active_runs == WEEKS_AT_ONCE * (plan.max_active_shards + 1)
+    assert dag.max_active_runs == WEEKS_AT_ONCE * (max(MAX_SHARD_RUNS, plan.max_active_shards) + 1)
     assert dag.max_active_tasks >= 2 * plan.shard_size
     for fam in plan.families:
         group = dag.task_group_dict[fam.group_id]

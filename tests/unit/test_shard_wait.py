@@ -83,6 +83,10 @@ class _TI:
 
     def __init__(self, state: str | None) -> None:
         self.state = state
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
 
     def get_dr_count(self, dag_id: str, run_ids: list[str]) -> int:
         return 0 if self.state is None else 1
@@ -239,10 +243,6 @@ class _Parent:
 class _NewTI(_TI):
     def __init__(self) -> None:
         super().__init__(None)
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
 
 
 @pytest.mark.parametrize("already_there", [False, True])
@@ -361,3 +361,51 @@ def test_a_shard_without_room_defers_on_admission_and_a_failed_count_fails_it(
         op.execute_admitted(
             {"ti": _AdmissionTI(None), "dag_run": _Run()}, {"status": "error", "message": "unreachable"}
         )
+
+
+# -- shard_start: admits and starts, never waits for the shard run -------------------------------------
+
+
+def _start_operator(root: Path) -> Any:
+    from avsim.operators.shard import ShardStartOperator
+
+    op = _operator_of_a_build(root)
+    return ShardStartOperator(
+        task_id="shard_start",
+        trigger_dag_id=op.trigger_dag_id,
+        trigger_run_id=RUN_ID,
+        shard=3,
+        conf=op.conf,
+        run=op.run,
+    )
+
+
+def test_shard_start_creates_the_shard_run_and_ends_without_waiting_for_it(tmp_path: Path) -> None:
+    """A shard run held by its slowest case must not hold the task that started it: the next shard's
+    start needs that slot (``shard_start`` is the only capped task)."""
+    comms = _Supervisor()
+    ti = _NewTI()
+    with _supervising(comms):
+        assert _start_operator(tmp_path).execute({"ti": ti, "dag_run": _Parent()}) == RUN_ID
+    [msg] = comms.sent
+    assert type(msg).__name__ == "TriggerDagRun" and msg.run_id == RUN_ID
+    assert ti.pushed["trigger_run_id"] == RUN_ID
+
+
+def test_shard_start_leaves_an_existing_shard_run_to_shards(tmp_path: Path) -> None:
+    """Another try (or a repair) finds its run there: nothing is created, whatever the breaker says."""
+    _open_breaker(tmp_path)
+    comms = _Supervisor()
+    with _supervising(comms):
+        assert _start_operator(tmp_path).execute({"ti": _TI("failed"), "dag_run": _Run()}) == RUN_ID
+    assert comms.sent == []
+
+
+def test_shard_start_refuses_a_new_shard_run_while_the_breaker_is_open(tmp_path: Path) -> None:
+    from avsim.operators.exceptions import BreakerOpen
+
+    _open_breaker(tmp_path)
+    comms = _Supervisor()
+    with _supervising(comms), pytest.raises(BreakerOpen, match="shard 3 not started"):
+        _start_operator(tmp_path).execute({"ti": _TI(None), "dag_run": _Run()})
+    assert comms.sent == []

@@ -179,7 +179,11 @@ def test_a_family_ending_on_a_gpu_phase_ends_on_its_twin() -> None:
     render = plan.family("with_render").phase("render")
     assert render.on_demand_fallback
     ends = dict(zip(plan.family_names, case_end_tasks(plan.families), strict=True))
-    assert ends["with_render"] == ("with_render.evaluate", f"with_render.{render.on_demand_task}")
+    assert ends["with_render"] == (
+        "with_render.evaluate",
+        "with_render.render",
+        f"with_render.{render.on_demand_task}",
+    )
     assert ends["standard"] == ("standard.report",)
 
 
@@ -291,6 +295,21 @@ def test_the_spot_task_passing_alone_does_not_end_a_gpu_ended_case() -> None:
         table.set(SHARD_DAG, run, "with_render.evaluate", i, "success")
         table.set(SHARD_DAG, run, "with_render.render", i, "skipped")  # handed over to on-demand
     assert read_in_flight(table, week, 2).finished_cases == 0
+
+
+def test_a_twin_skipped_beside_a_spot_task_in_repair_is_no_finished_case() -> None:
+    """A spot task that failed on its budget leaves its twin skipped; a repair clears the spot task
+    (``only_failed`` leaves the skipped twin alone), so while it runs again the case is in flight."""
+    plan, table = _gpu_ended_plan(), TaskTable()
+    week = _week(plan, canary=0)
+    run, twin = _two_branch_run(table, plan)
+    for i in range(3):
+        _end_case(table, run, plan, "with_render", i)
+    assert read_in_flight(table, week, 2).finished_cases == 3
+    for i in (0, 1):  # repaired: the spot task cleared and queued again, the twin still skipped
+        table.set(SHARD_DAG, run, "with_render.render", i, "queued" if i else None)
+        table.set(SHARD_DAG, run, twin, i, "skipped")
+    assert read_in_flight(table, week, 2).finished_cases == 1
 
 
 def test_an_earlier_shard_without_run_waits_unless_its_shards_task_ended() -> None:

@@ -71,6 +71,9 @@ class AdmissionPlan(_Contract):
     #: The mean case as :class:`avsim.plan.admission.CaseLoad` has it (its fields): a ``shards`` task
     #: derives the target again from the pools' slots at that moment (the deadline tracker may raise them).
     load: dict[str, float] = Field(default_factory=dict)
+    #: The fewest cases it keeps in flight whatever the pools: those the scheduler carries comfortably
+    #: (:func:`avsim.plan.admission.comfortable_cases`); a week no larger is not throttled.
+    floor: int = Field(default=0, ge=0)
 
 
 class RunDescriptor(_Contract):

@@ -24,6 +24,7 @@ from avsim.errors import ManifestError
 from avsim.operators.phase import LocalPhaseOperator
 from avsim.operators.retry import PhaseRetryPolicy
 from avsim.phases.policy import Role, task_retries
+from avsim.plan.admit import MAX_SHARD_RUNS
 from avsim.plan.model import FamilyPlan, PhasePlan, WeeklyPlan
 from avsim.retries import control_retries, retry_kwargs
 from avsim.settings import AvsimSettings
@@ -162,10 +163,10 @@ def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> D
         schedule=None,
         start_date=START_DATE,
         catchup=False,
-        # The parent's window allows W shard runs, plus the week's canary shard run, for each of the
-        # two weeks active at once (dagbuild/weekly.py, WEEKS_AT_ONCE: a repair of last week beside
-        # this week); each week keeps its own window of W (the shards' max_active_tis_per_dagrun).
-        max_active_runs=2 * (plan.max_active_shards + 1),
+        # No cap of its own: the weekly run admits its shard runs (by cases in flight, or W of them
+        # with the window), and one held by a straggler must not keep an admitted one queued. Every
+        # shard run of the two weeks active at once (WEEKS_AT_ONCE), their canaries included.
+        max_active_runs=2 * (max(MAX_SHARD_RUNS, plan.max_active_shards) + 1),
         # Per shard run: every case may have a phase running (or two, on parallel branches).
         max_active_tasks=max(16, 2 * plan.shard_size),
         is_paused_upon_creation=False,

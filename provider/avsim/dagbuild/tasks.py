@@ -178,6 +178,7 @@ def week_admission(
     (:func:`avsim.plan.admit.admission_plan`), and shard runs of about a third of it
     (:func:`avsim.plan.admit.admission_shard_size`). When the slots cannot be read, the window's W x S
     and shard runs of ``shard_size``: the week runs as the window would have run it."""
+    from avsim.plan.admission import comfortable_cases
     from avsim.plan.admit import admission_plan, admission_shard_size
     from avsim.planner.workload import workload_from_manifest
 
@@ -196,6 +197,7 @@ def week_admission(
         cpus=cpus,
         configured=settings.cases_in_flight,
         fallback=plan.shard_size * plan.max_active_shards,
+        floor=comfortable_cases(load, settings.scheduler_ms_per_task_instance),
     )
     if not settings.cases_in_flight and (spot is None or cpus is None):
         return admission, plan.shard_size  # the window's figure as the target: the window's shard runs

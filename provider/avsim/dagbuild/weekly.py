@@ -3,9 +3,9 @@
 ``<prefix>`` (scheduled weekly): ``prepare`` snapshots the manifest, picks the canary and cuts
 the rest of the week into shards; ``canary`` runs the canary's shard run first, at the highest
 priority, while ``canary_gate`` (a deferrable sensor) watches its first attempts; when the gate
-passes, the mapped ``shards`` task starts one shard run per map index and waits for it
-(deferred), at most ``max_active_shards`` at once, and none once the build's circuit breaker is
-open; the run-level phases and the ``report`` run after every shard.
+passes, the mapped ``shard_runs`` group has one map index per shard run: ``shard_start`` admits and
+starts it (none once the build's circuit breaker is open), ``shards`` waits for it (deferred, no cap);
+the run-level phases and the ``report`` run after every shard.
 
 Only the plan (the graph catalog) shapes these DAGs; no case is read at parse time.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import DAG, Param, TaskGroup, XComArg, get_current_context, task
+from airflow.sdk import DAG, Param, TaskGroup, XComArg, get_current_context, task, task_group
 
 from avsim.artifacts import CANARY_RUN_SUFFIX, RUN_LEVEL_CASE
 from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
@@ -26,7 +26,7 @@ from avsim.errors import ManifestError
 from avsim.manifest.source import manifest_source
 from avsim.operators.phase import AvsimPhaseOperator
 from avsim.operators.retry import PhaseRetryPolicy
-from avsim.operators.shard import ShardRunOperator
+from avsim.operators.shard import SHARD_START_TASK, SHARD_STARTS_AT_ONCE, ShardRunOperator, ShardStartOperator
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import CANARY_SHARD
 from avsim.plan.week_counts import case_end_tasks
@@ -46,8 +46,8 @@ PARENT_DOC = """
 Trigger with **manifest** set to a path or URI of a weekly manifest (YAML or JSON); the
 scheduled run uses `[avsim] default_manifest`. `canary` runs a small share of the cases first;
 `canary_gate` fails (and nothing else starts) when too many of them crash on this build. The
-mapped `shards` task holds one map index per shard run, at most `[avsim] max_active_shards` at
-once (open *Triggered DAG* to see a shard's cases). A shard whose cases need attention
+mapped `shard_runs` group holds one map index per shard run: `shard_start` starts it when the
+week's cases in flight leave room, `shards` waits for it (open *Triggered DAG* to see its cases). A shard whose cases need attention
 (infrastructure failures after their retries, preemptions beyond the budget, bad input, a bad
 build) ends **failed**, its label says how many, and so does this run, after `report`; failed
 scenarios are results and stay green.
@@ -162,23 +162,43 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         tracker = deadline_tracker(plan, settings, run=run_xcom, shard_dag_id=shard_dag_id)
         shard_specs >> tracker
 
-        shard_runs = ShardRunOperator.partial(
-            task_id="shards",
-            trigger_dag_id=shard_dag_id,
-            run=run_xcom,
-            poke_interval=int(settings.shard_poll_seconds),
-            max_active_tis_per_dagrun=plan.max_active_shards,
-            # Below the week's phases: one waiting for W must not crowd them out of the scheduler's query.
+        shard_kwargs: dict[str, Any] = {
+            "trigger_dag_id": shard_dag_id,
+            "run": run_xcom,
+            "poke_interval": int(settings.shard_poll_seconds),
+            # Below the week's phases: one waiting for its turn must not crowd them out of the query.
             **control_priority(ControlTask.SHARD_START, plan.run_class),
             **control_retries(),
             # After the try: "shard 3 · 2 need attention" in the grid when the shard failed.
-            map_index_template="shard {{ task.shard }}{{ task.attention_label }}",
-            airflow_api_conn_id=settings.airflow_api_conn_id,
-            week_end_tasks=week_end_tasks,
-            # Admission by cases in flight: where a case ends, and the pools its target follows.
-            case_ends=[list(t) for t in case_end_tasks(plan.families)],
-            admission_pools=admission_pools,
-        ).expand_kwargs(shard_specs)
+            "map_index_template": "shard {{ task.shard }}{{ task.attention_label }}",
+            "airflow_api_conn_id": settings.airflow_api_conn_id,
+            "week_end_tasks": week_end_tasks,
+            # Admission: where a case ends, the pools its target follows, W when admitting by window.
+            "case_ends": [list(t) for t in case_end_tasks(plan.families)],
+            "admission_pools": admission_pools,
+            "window": plan.max_active_shards,
+            "start_task_id": SHARD_START_TASK,
+        }
+
+        # One map index per shard: shard_start[k] admits and starts shard run k, then shards[k] waits
+        # for it. Only the starts are capped: however long a shard run is held by its slowest case,
+        # the next one starts when the week has room.
+        @task_group(group_id="shard_runs", prefix_group_id=False, tooltip="one map index per shard run")
+        def shard_group(shard: Any, trigger_run_id: Any, conf: Any) -> None:
+            start = ShardStartOperator(
+                task_id=SHARD_START_TASK,
+                shard=shard,
+                trigger_run_id=trigger_run_id,
+                conf=conf,
+                max_active_tis_per_dagrun=SHARD_STARTS_AT_ONCE,
+                **shard_kwargs,
+            )
+            wait = ShardRunOperator(
+                task_id="shards", shard=shard, trigger_run_id=trigger_run_id, conf=conf, **shard_kwargs
+            )
+            start >> wait
+
+        shard_runs: Any = shard_group.expand_kwargs(shard_specs)
         gate >> shard_runs
 
         run_level = TaskGroup(group_id="run_phases", tooltip="run-level phases, after every shard")

@@ -46,7 +46,7 @@ class TaskCounts(Protocol):
 
 #: The parent's tasks that start and wait for the shard runs: when all of their task instances
 #: have finished, no shard run of the week is running or will start.
-WINDOW_TASKS = ("canary", "shards")
+WINDOW_TASKS = ("canary", "shard_start", "shards")
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,8 @@ class TrackedRun:
 class PhaseTasks:
     """The shard DAG's tasks of one phase: its task, and the on-demand twin a GPU phase may have.
 
-    With a twin, the phase is done for a case when the twin has finished: the twin is skipped
-    when the spot task succeeds, and runs (to its end) when the spot task hands the case over.
+    With a twin, the phase is done for a case when both have finished: the twin is skipped when the
+    spot task succeeds, and runs (to its end) when the spot task hands the case over.
     """
 
     key: str
@@ -190,8 +190,13 @@ def read_progress(
     out = {}
     for key, p in phases.items():
         tasks = [key, p.twin] if p.twin else [key]
+        # With a twin, finished when both have: a twin skipped beside a spot task cleared for a repair
+        # stays skipped while the spot task runs again (the smaller count; both end together otherwise).
+        finished = count([key], FINISHED_STATES)
+        if p.twin:
+            finished = min(finished, count([p.twin], FINISHED_STATES))
         out[key] = PhaseProgress(
-            finished=count([p.twin or key], FINISHED_STATES),
+            finished=finished,
             active=count(tasks, ACTIVE_STATES),
             waiting=count(tasks, WAITING_STATES),
         )

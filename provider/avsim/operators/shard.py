@@ -23,6 +23,12 @@ WEEK_END_DONE = frozenset({"success", "failed", "upstream_failed", "skipped"})
 #: The longest a ``shards`` task waits, deferred, for a shard run it found already there.
 SHARD_WAIT_TIMEOUT = dt.timedelta(days=8)
 
+#: The mapped task that admits and starts the shard runs (``shards`` waits for each).
+SHARD_START_TASK = "shard_start"
+#: ``shard_start`` task instances at once: the starts wait in shard order, so the next one and the one
+#: after it are all that need a slot.
+SHARD_STARTS_AT_ONCE = 2
+
 #: Admission: times (a second apart) a shard looks again whether the earlier shard it waits for has
 #: started, before it defers (:meth:`ShardRunOperator._wait_for_room`).
 TURN_CHECKS = 10
@@ -67,12 +73,9 @@ def next_step(run: ShardRunEnd | None, breaker_open: bool | None, *, retrying: b
 class ShardRunOperator(TriggerDagRunOperator):
     """Creates one shard DAG run (deterministic run id) and waits for it, deferred in the triggerer.
 
-    Mapped over the week's shards with ``max_active_tis_per_dagrun`` = W: at most W shard runs
-    are active (or waiting to start), so queued shard runs and their waiting triggers never pile
-    up, however many shards the week has. Admitting by cases in flight (the run descriptor's
-    :class:`~avsim.contracts.AdmissionPlan`), a task starts its shard run only when the week's
-    unfinished cases leave room for its cases and no earlier shard is still to start; until
-    then it waits deferred on :class:`avsim.triggers.admission.ShardAdmissionTrigger`
+    In the weekly DAG each shard is a map index of the ``shard_runs`` group: :class:`ShardStartOperator`
+    (``shard_start``) admits and starts the shard run, then this task (``shards``) waits for it, with
+    no cap on how many wait: a shard run held by a straggler never keeps the next one from starting
     (docs/design.md, "Admission by cases in flight").
     Returns the shard's counts; fails with the shard's verdict (:mod:`avsim.verdict`) when the
     shard run failed because cases need attention, and its map index label says how many.
@@ -104,6 +107,8 @@ class ShardRunOperator(TriggerDagRunOperator):
         week_end_tasks: Sequence[str] = ("report",),
         case_ends: Sequence[Sequence[str]] = (),
         admission_pools: Sequence[str] = (),
+        window: int = 0,
+        start_task_id: str = "",
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("wait_for_completion", True)
@@ -128,6 +133,10 @@ class ShardRunOperator(TriggerDagRunOperator):
         #: (REST connection, GPU spot pool, CPU pool; empty: the target prepared is kept).
         self.case_ends = [list(t) for t in case_ends]
         self.admission_pools = tuple(admission_pools)
+        #: ``[avsim] admission = window``: W, the most shard runs in progress (0: no window).
+        self.window = int(window)
+        #: The task that starts the shard runs, whose states say which shards are still to start.
+        self.start_task_id = start_task_id
 
     @property
     def descriptor(self) -> RunDescriptor:
@@ -177,6 +186,7 @@ class ShardRunOperator(TriggerDagRunOperator):
             self._start(context, run_id)
         else:
             self.log.info("shard run %s exists (%s): waiting for it", run_id, state)
+            context["ti"].xcom_push(key=XCOM_RUN_ID, value=run_id)
         self._wait_for(run_id)
 
     def _ended_as(self, state: Any) -> ShardRunEnd | None:
@@ -212,20 +222,21 @@ class ShardRunOperator(TriggerDagRunOperator):
         from avsim.triggers.admission import ShardAdmissionTrigger
 
         shard = int(self.shard)
-        week_plan = self.descriptor.admission
-        if week_plan is None or shard < 1:  # the window, a week prepared before admission, the canary
-            return
+        if shard < 1 or (self.descriptor.admission is None and self.window < 1):
+            return  # the canary, and a week with neither admission nor a window, start at once
         week = WeekShape.of_run(
             self.descriptor,
             dag_id=context["ti"].dag_id,
             run_id=context["dag_run"].run_id,
             shard_dag_id=self.trigger_dag_id,
-            shards_task_id=context["ti"].task_id,
+            shards_task_id=self.start_task_id or context["ti"].task_id,
             case_ends=self.case_ends,
+            window=self.window,
         )
         if week is None:
             return
-        target = self.target(week_plan)
+        week_plan = self.descriptor.admission
+        target = self.target(week_plan) if week_plan is not None else self.window
         try:
             decision = decide_now(ExecutionApiCounts(), week, shard, target, turn_checks=TURN_CHECKS)
         except Exception as exc:
@@ -421,3 +432,29 @@ class ShardRunOperator(TriggerDagRunOperator):
         counts = dict(summary.counts) if summary is not None else {}
         self.log.info("shard %s finished (%s): %s", self.shard, state, counts)
         return {"shard": int(self.shard), "run_id": run_id, "counts": counts}
+
+
+class ShardStartOperator(ShardRunOperator):
+    """``shard_start``: admits one shard run and starts it, then ends; ``shards`` waits for the run.
+
+    Mapped with a small ``max_active_tis_per_dagrun``: the starts wait in shard order, so only the
+    next one or two need a slot, and a shard run that is still running holds none. A shard run that
+    exists already (another try, a repair) is left to ``shards``; while the build's circuit breaker
+    is open no shard run starts."""
+
+    ui_color = "#ecdcc9"
+
+    def execute(self, context: Context) -> Any:
+        if int(self.shard) == 0 and not self.descriptor.canary_count:
+            return None
+        run_id = str(self.trigger_run_id)
+        ti = context["ti"]
+        if ti.get_dr_count(dag_id=self.trigger_dag_id, run_ids=[run_id]):
+            self.log.info("shard run %s exists: shards waits for it", run_id)
+            ti.xcom_push(key=XCOM_RUN_ID, value=run_id)
+            return run_id
+        if self._open_breaker():
+            raise self._breaker_open(f"shard {self.shard} not started")
+        self._wait_for_room(context)  # defers while the week's cases in flight leave no room
+        self._start(context, run_id)
+        return run_id

@@ -173,19 +173,38 @@ def binding_pool(load: CaseLoad, pools: Pools) -> str:
     return min(rates, key=lambda k: rates[k])
 
 
+#: The scheduler loop a week's cases in flight may cost before admission holds any back (seconds):
+#: within it a phase that becomes ready is queued within about two seconds, as in a week of a few
+#: hundred task instances. Below the cases that fill it (:func:`comfortable_cases`) a week is not
+#: throttled, and every week keeps at least that many in flight: with few GPUs, Little's law alone
+#: admits so few cases that no GPU phase of the week waits in front of the pool, and a lower class
+#: takes the slots its priority should have kept (docs/design.md, "Admission by cases in flight").
+COMFORTABLE_LOOP_SECONDS = 2.0
+
+
+def comfortable_cases(load: CaseLoad, ms_per_task_instance: float) -> int:
+    """Cases whose task instances keep the scheduler's loop within :data:`COMFORTABLE_LOOP_SECONDS` at
+    ``ms_per_task_instance`` (``[avsim] scheduler_ms_per_task_instance``); 0 when that is not known."""
+    if ms_per_task_instance <= 0 or load.task_instances <= 0:
+        return 0
+    task_instances = COMFORTABLE_LOOP_SECONDS * 1000.0 / ms_per_task_instance
+    return max(1, int(task_instances / load.task_instances))
+
+
 def target_cases_in_flight(
-    load: CaseLoad, pools: Pools, *, configured: int = 0, headroom: float = HEADROOM
+    load: CaseLoad, pools: Pools, *, configured: int = 0, headroom: float = HEADROOM, floor: int = 0
 ) -> int:
     """The unfinished cases a week keeps in flight: ``configured`` when above 0 (``[avsim]
-    cases_in_flight``), else ``headroom`` x the Little's-law figure, rounded up; never more than the
-    week's cases, never below 1."""
+    cases_in_flight``), else ``headroom`` x the Little's-law figure, rounded up, and at least ``floor``
+    (:func:`comfortable_cases`); never more than the week's cases, never below 1."""
     if configured < 0:
         raise AdmissionError(f"cases_in_flight = {configured}: use 0 (derive) or more")
     if headroom < 1:
         raise AdmissionError(f"headroom = {headroom}: use 1 or more")
     if configured:
         return configured
-    return max(1, min(load.cases, math.ceil(headroom * load.littles_law_cases(pools))))
+    derived = math.ceil(headroom * load.littles_law_cases(pools))
+    return max(1, min(load.cases, max(derived, floor)))
 
 
 #: Shard runs of more than this share of the target are too coarse to follow it (``bench/planner.py``,

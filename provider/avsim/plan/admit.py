@@ -59,9 +59,11 @@ class InFlight:
     admitted_cases: int
     #: Of them, cases whose every last phase has ended (passed, failed, or ruled out).
     finished_cases: int
-    #: The earliest shard before this one with neither a shard run nor an ended ``shards`` task
+    #: The earliest shard before this one with neither a shard run nor an ended ``shard_start`` task
     #: (it starts first); None when there is none.
     earlier_waiting: int | None = None
+    #: The week's shard runs in progress (the canary's included).
+    active_runs: int = 0
 
     @property
     def unfinished_cases(self) -> int:
@@ -111,16 +113,47 @@ def admit(shard: int, size: int, in_flight: InFlight, target: int) -> Admission:
     )
 
 
+def admit_by_window(shard: int, in_flight: InFlight, window: int) -> Admission:
+    """``[avsim] admission = window``: shard ``shard`` starts when fewer than ``window`` (W) shard runs
+    are in progress and no earlier shard is still to start."""
+    if in_flight.earlier_waiting is not None:
+        return Admission(
+            AdmissionVerdict.WAIT_TURN,
+            f"shard {in_flight.earlier_waiting} has not started yet and goes first",
+        )
+    if in_flight.active_runs < window:
+        return Admission(
+            AdmissionVerdict.ADMIT, f"{in_flight.active_runs} shard runs in progress < W = {window}"
+        )
+    return Admission(
+        AdmissionVerdict.WAIT_ROOM,
+        f"{in_flight.active_runs} shard runs in progress, W = {window}: waiting for one to end",
+    )
+
+
 def admission_plan(
-    load: CaseLoad, *, spot_gpus: int | None, cpus: int | None, configured: int, fallback: int
+    load: CaseLoad,
+    *,
+    spot_gpus: int | None,
+    cpus: int | None,
+    configured: int,
+    fallback: int,
+    floor: int = 0,
 ) -> AdmissionPlan:
     """A week's :class:`~avsim.contracts.AdmissionPlan`: its target from ``configured`` (``[avsim]
-    cases_in_flight``) when above 0, else from the pools' slots; ``fallback`` when the slots are not
+    cases_in_flight``) when above 0, else from the pools' slots and at least ``floor``
+    (:func:`avsim.plan.admission.comfortable_cases`); ``fallback`` (or the floor) when the slots are not
     known or cannot run the cases (a pool without slots: the phases then wait for it whatever is
     admitted, and ``avsim plan`` names the pool)."""
     doc = {k: float(v) for k, v in dataclasses.asdict(load).items()}
+    floor = min(floor, load.cases)
     plan = AdmissionPlan(
-        configured=configured, target=max(1, fallback), spot_gpus=spot_gpus, cpus=cpus, load=doc
+        configured=configured,
+        target=max(1, fallback, floor),
+        spot_gpus=spot_gpus,
+        cpus=cpus,
+        load=doc,
+        floor=floor,
     )
     return plan.model_copy(update={"target": week_target(plan, spot_gpus, cpus)})
 
@@ -145,6 +178,6 @@ def week_target(plan: AdmissionPlan, spot_gpus: int | None, cpus: int | None) ->
             twin_task_instances=doc["twin_task_instances"],
             slot_seconds=doc.get("slot_seconds", 0.0),
         )
-        return target_cases_in_flight(load, Pools(spot_gpus=spot_gpus, cpus=cpus))
+        return target_cases_in_flight(load, Pools(spot_gpus=spot_gpus, cpus=cpus), floor=plan.floor)
     except (AdmissionError, KeyError):
         return plan.target

@@ -9,10 +9,9 @@ One count costs two state reads and two counts per graph family, whatever the we
 - which shard runs exist and which are in progress: the states of their ``load_shard`` task (created
   with the run) and ``summarize`` (the run's last, all_done: it has ended when every case has);
 - where the earlier shards are: the states of the weekly run's ``shards`` map indexes;
-- finished cases: the ended task instances of each family's last phase (the on-demand twin's when the
-  phase has one: it ends, skipped or run, after its spot task) over the runs in progress, less its
-  unexpanded one (a family without cases in a run). A family with several last phases reads their
-  states per case instead.
+- finished cases: the ended task instances of each family's last phase over the runs in progress,
+  less its unexpanded one (a family without cases in a run). A family with several last tasks (several
+  last phases, or a last phase and its on-demand twin) reads their states per case instead.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from typing import Any, Protocol
 
 from avsim.artifacts import canary_run_id, shard_run_id, week_run_ids
 from avsim.contracts import RunDescriptor
-from avsim.plan.admit import Admission, AdmissionVerdict, InFlight, admit, shard_case_count
+from avsim.plan.admit import Admission, AdmissionVerdict, InFlight, admit, admit_by_window, shard_case_count
 
 #: Task-instance states in which a task instance has ended (or was ruled out) and will not run again
 #: unless cleared.
@@ -129,6 +128,8 @@ class WeekShape:
     #: Per graph family: the task ids whose ended task instances count the family's finished cases
     #: (one per last phase; with several, a case has ended when all have, so the smallest count holds).
     case_ends: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
+    #: ``[avsim] admission = window``: at most this many shard runs in progress (W); 0 admits by cases.
+    window: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "case_ends": [list(t) for t in self.case_ends]}
@@ -147,10 +148,13 @@ class WeekShape:
         shard_dag_id: str,
         shards_task_id: str,
         case_ends: Sequence[Sequence[str]],
+        window: int = 0,
     ) -> WeekShape | None:
-        """The week of run descriptor ``run``; None when it is not admitted by cases in flight
-        (``[avsim] admission = window``, or prepared before admission existed)."""
-        if run.admission is None or not run.shard_size or not case_ends:
+        """The week of run descriptor ``run``: admitted by cases in flight, or by a ``window`` of W shard
+        runs when it has no admission plan (``[avsim] admission = window``); None when neither applies."""
+        if run.admission is None and window < 1:
+            return None
+        if run.admission is not None and (not run.shard_size or not case_ends):
             return None
         return cls(
             dag_id=dag_id,
@@ -162,6 +166,7 @@ class WeekShape:
             cases=run.case_count - run.canary_count,
             canary_cases=run.canary_count,
             case_ends=tuple(tuple(t) for t in case_ends),
+            window=0 if run.admission is not None else window,
         )
 
     def run_id_of(self, shard: int) -> str:
@@ -177,8 +182,9 @@ class WeekShape:
 
 def case_end_tasks(families: Sequence[Any]) -> tuple[tuple[str, ...], ...]:
     """:attr:`WeekShape.case_ends` of a plan's families (:class:`avsim.plan.model.FamilyPlan`): each
-    family's phases that no other phase of it waits for, as ``<group>.<task>`` (the twin's task when the
-    phase has an on-demand twin)."""
+    family's phases that no other phase of it waits for, as ``<group>.<task>``. A phase with an on-demand
+    twin ends when both tasks have: a twin skipped because its spot task failed stays skipped through a
+    repair that reruns the spot task, so the twin alone would count a case in repair as finished."""
     out = []
     for family in families:
         waited_for = {u for phase in family.phases for u in phase.upstream}
@@ -186,8 +192,9 @@ def case_end_tasks(families: Sequence[Any]) -> tuple[tuple[str, ...], ...]:
         for phase in family.phases:
             if phase.name in waited_for:
                 continue
-            task = phase.on_demand_task if getattr(phase, "on_demand_fallback", False) else phase.name
-            ends.append(f"{family.group_id}.{task}")
+            ends.append(f"{family.group_id}.{phase.name}")
+            if getattr(phase, "on_demand_fallback", False):
+                ends.append(f"{family.group_id}.{phase.on_demand_task}")
         out.append(tuple(ends))
     return tuple(out)
 
@@ -215,14 +222,25 @@ def read_in_flight(counts: WeekCounts, week: WeekShape, shard: int) -> InFlight:
             if states.get(f"{week.shards_task_id}_{k - 1}") not in ENDED_TI_STATES:
                 earlier_waiting = k
                 break
-    finished = sum(
-        _finished_cases(counts, week.shard_dag_id, active, ends) for ends in week.case_ends if ends
-    )
+    finished = 0
+    if not week.window:  # the window counts shard runs, not cases
+        finished = sum(
+            _finished_cases(counts, week.shard_dag_id, active, ends) for ends in week.case_ends if ends
+        )
     return InFlight(
         admitted_cases=sum(sizes.get(r, 0) for r in active),
         finished_cases=finished,
         earlier_waiting=earlier_waiting,
+        active_runs=len(active),
     )
+
+
+def decide(week: WeekShape, shard: int, found: InFlight, target: int) -> Admission:
+    """Shard ``shard``'s admission over ``found``: by W shard runs when the week has a window, else by
+    ``target`` cases in flight (:mod:`avsim.plan.admit`)."""
+    if week.window:
+        return admit_by_window(shard, found, week.window)
+    return admit(shard, week.size_of(shard), found, target)
 
 
 def _finished_cases(counts: WeekCounts, dag_id: str, run_ids: list[str], ends: Sequence[str]) -> int:
@@ -266,11 +284,10 @@ def decide_now(
     for an earlier shard's turn, it counts again up to ``turn_checks`` times a second apart: the W
     ``shards`` tasks start together and the earlier one is usually creating its run that second, so a
     deferral (at least 15 s, :mod:`avsim.resume`) would cost more."""
-    size = week.size_of(shard)
-    decision = admit(shard, size, read_in_flight(counts, week, shard), target)
+    decision = decide(week, shard, read_in_flight(counts, week, shard), target)
     for _ in range(turn_checks):
         if decision.verdict is not AdmissionVerdict.WAIT_TURN:
             break
         sleep(1.0)
-        decision = admit(shard, size, read_in_flight(counts, week, shard), target)
+        decision = decide(week, shard, read_in_flight(counts, week, shard), target)
     return decision

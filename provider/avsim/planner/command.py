@@ -111,6 +111,7 @@ def run_plan(
         options,
         ms_per_task_instance=options.scheduler_ms_per_task_instance,
         simulated=main.result if main is not None else None,
+        configured_target=cases_in_flight or 0,
     )
     written = None
     if plot is not None:

@@ -7,11 +7,14 @@ import math
 from dataclasses import dataclass, replace
 
 from avsim.plan.admission import (
+    COMFORTABLE_LOOP_SECONDS,
+    HEADROOM,
     CaseLoad,
     Pools,
     SchedulerFeed,
     binding_pool,
     coarse_shard_runs,
+    comfortable_cases,
     scheduler_feed,
     target_cases_in_flight,
 )
@@ -47,8 +50,12 @@ def admission_options(
     from the pools and the workload), shard runs of a third of it, at most ``options.shard_size``
     (:func:`avsim.plan.admit.admission_shard_size`). ``max_active_shards`` caps the active shard runs;
     ``None``: no cap besides the week's shard runs (the cases in flight bind)."""
+    load = case_load(workload, options)
     target = target_cases_in_flight(
-        case_load(workload, options), pools_of(capacity, options), configured=cases_in_flight
+        load,
+        pools_of(capacity, options),
+        configured=cases_in_flight,
+        floor=comfortable_cases(load, options.scheduler_ms_per_task_instance),
     )
     size = admission_shard_size(len(workload.cases), target, options.shard_size)
     runs = max_active_shards or max(1, math.ceil(len(workload.cases) / size))
@@ -68,6 +75,9 @@ class AdmissionView:
     shard_size: int = 1
     #: The simulated run (critical path), when simulated: what the loop really carried.
     simulated: SimResult | None = None
+    #: ``[avsim] cases_in_flight`` set the target.
+    configured: bool = False
+    ms_per_task_instance: float = 0.0
 
 
 def admission_view(
@@ -77,6 +87,7 @@ def admission_view(
     *,
     ms_per_task_instance: float,
     simulated: SimResult | None = None,
+    configured_target: int = 0,
 ) -> AdmissionView:
     load = case_load(workload, options)
     pools = pools_of(capacity, options)
@@ -88,7 +99,40 @@ def admission_view(
     feed = scheduler_feed(
         load, pools, cases, ms_per_task_instance=ms_per_task_instance, max_per_loop=options.max_tis_per_loop
     )
-    return AdmissionView(load, pools, cases, admitting, feed, options.shard_size, simulated)
+    return AdmissionView(
+        load,
+        pools,
+        cases,
+        admitting,
+        feed,
+        options.shard_size,
+        simulated,
+        configured=bool(configured_target),
+        ms_per_task_instance=ms_per_task_instance,
+    )
+
+
+def admission_target_line(view: AdmissionView, *, ms_per_task_instance: float) -> str:
+    """The target ``avsim plan`` will use, and what set it: the configured figure, Little's law over the
+    binding pool times the headroom, or the cases the scheduler carries comfortably."""
+    load, target = view.load, view.cases_in_flight
+    littles = load.littles_law_cases(view.pools)
+    derived = math.ceil(HEADROOM * littles)
+    floor = comfortable_cases(load, ms_per_task_instance)
+    if view.configured:
+        why = "[avsim] cases_in_flight"
+    elif target >= load.cases and max(derived, floor) >= load.cases:
+        why = f"every case of the week: not throttled (Little's law x {HEADROOM:g} = {derived:,}"
+        why += f", the scheduler carries {floor:,} comfortably)" if floor else ")"
+    elif floor > derived:
+        why = (
+            f"the {floor:,} cases whose task instances keep the scheduler's loop within "
+            f"{COMFORTABLE_LOOP_SECONDS:g} s, above Little's law x {HEADROOM:g} = {derived:,} over the "
+            f"{binding_pool(load, view.pools)} pool: the week keeps its own phases queued in front of the pools"
+        )
+    else:
+        why = f"Little's law {littles:,.0f} over the {binding_pool(load, view.pools)} pool x {HEADROOM:g} headroom"
+    return f"admission by cases in flight: target {target:,} unfinished cases ({why})"
 
 
 def format_admission(view: AdmissionView, *, ms_setting: str, per_loop_setting: str) -> list[str]:
@@ -96,9 +140,7 @@ def format_admission(view: AdmissionView, *, ms_setting: str, per_loop_setting: 
     cannot feed the pools (docs/design.md, "Admission by cases in flight")."""
     load, feed = view.load, view.feed
     how = (
-        f"admission by cases in flight: at most {view.cases_in_flight:,} unfinished cases (Little's law "
-        f"{load.littles_law_cases(view.pools):,.0f} over the {binding_pool(load, view.pools)} pool, or "
-        "[avsim] cases_in_flight)"
+        admission_target_line(view, ms_per_task_instance=view.ms_per_task_instance)
         if view.admitting
         else f"window of whole shard runs: up to {view.cases_in_flight:,} cases in flight"
     )

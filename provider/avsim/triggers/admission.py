@@ -28,8 +28,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from avsim.plan.admit import admit
-from avsim.plan.week_counts import ExecutionApiCounts, WeekCounts, WeekShape, read_in_flight
+from avsim.plan.week_counts import ExecutionApiCounts, WeekCounts, WeekShape, decide, read_in_flight
 from avsim.resume import FALLBACK_SECONDS, resume_not_before
 
 #: A waiting shard derives its target again from the pools this often (seconds).
@@ -105,7 +104,6 @@ class ShardAdmissionTrigger(BaseTrigger):
         except Exception as exc:  # an event, never an exception: the task decides
             yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
             return
-        size = week.size_of(self.shard)
         failures = 0
         failing_since = 0.0
         while True:
@@ -135,7 +133,7 @@ class ShardAdmissionTrigger(BaseTrigger):
                 await asyncio.sleep(self.poll_interval)
                 continue
             failures, failing_since = 0, 0.0
-            decision = admit(self.shard, size, found, self.target)
+            decision = decide(week, self.shard, found, self.target)
             facts = {"reason": decision.reason, "unfinished": found.unfinished_cases, "target": self.target}
             if decision.admitted:
                 yield TriggerEvent({"status": "admitted", **facts})
