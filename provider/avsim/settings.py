@@ -212,10 +212,10 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     "admission": (
         "cases_in_flight",
         "string",
-        "How a week starts its shard runs. cases_in_flight: each as soon as its cases fit beside the "
-        "unfinished ones under the target (cases_in_flight; docs/design.md, 'Admission by cases in "
-        "flight'). window: whole shard runs of shard_size, max_active_shards at once, a new one when "
-        "one ends.",
+        "How a week starts its shard runs. cases_in_flight: each as soon as fewer cases than the target "
+        "are unfinished, so the week never drops below it while cases wait (cases_in_flight; "
+        "docs/design.md, 'Admission by cases in flight'). window: whole shard runs of shard_size, "
+        "max_active_shards at once, a new one when one ends.",
     ),
     "cases_in_flight": (
         "0",

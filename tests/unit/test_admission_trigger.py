@@ -130,13 +130,13 @@ def test_serialize() -> None:
 
 
 def test_admitted_when_finished_cases_make_room() -> None:
-    # 20 cases in flight, shard 3 holds 10, target 25: it fits once 5 have ended; 2 end per count.
+    # 20 cases in flight, target 20: shard 3 starts once one has ended; 2 end per count.
     fake = FakeCounts(per_poll=2)
-    event = _first_event(_trigger(fake))
+    event = _first_event(_trigger(fake, target=20))
     assert event["status"] == "admitted"
-    assert fake.counts == 4  # 0, 2, 4 ended: waits; 6 ended: 14 + 10 <= 25
-    assert (event["unfinished"], event["target"]) == (14, 25)
-    assert "<= target 25" in event["reason"]
+    assert fake.counts == 2  # 0 ended: waits; 2 ended: 18 < 20
+    assert (event["unfinished"], event["target"]) == (18, 20)
+    assert "18 cases in flight < target 20" in event["reason"]
 
 
 def test_an_earlier_shard_waiting_goes_first_then_this_one_is_admitted() -> None:
@@ -153,11 +153,11 @@ def test_an_earlier_shard_waiting_goes_first_then_this_one_is_admitted() -> None
 def test_recheck_after_recheck_seconds_without_room() -> None:
     fake = FakeCounts()
     began = time.monotonic()
-    event = _first_event(_trigger(fake, recheck_seconds=0.1))
+    event = _first_event(_trigger(fake, recheck_seconds=0.1, target=18))
     assert time.monotonic() - began >= 0.1
     assert event["status"] == "recheck"
-    assert (event["unfinished"], event["target"]) == (20, 25)
-    assert "waiting for 5 to finish" in event["reason"]
+    assert (event["unfinished"], event["target"]) == (20, 18)
+    assert "waiting for 3 to finish" in event["reason"]
     assert fake.counts > 1  # it polled while it waited
 
 
@@ -188,9 +188,9 @@ def test_an_outage_fails_only_after_outage_seconds() -> None:
 def test_a_count_that_succeeds_resets_the_failures() -> None:
     # Six failures in all, never three in a row: it keeps counting until room appears.
     fake = FakeCounts(per_poll=2, fails=[True, True, False, True, True, False, True, True])
-    event = _first_event(_trigger(fake, max_failed_polls=3))
+    event = _first_event(_trigger(fake, max_failed_polls=3, target=15))
     assert event["status"] == "admitted"
-    assert fake.failed == 6 and fake.counts == 4
+    assert fake.failed == 6 and fake.counts == 4  # 0, 2, 4 ended: waits; 6 ended: 14 < 15
 
 
 def test_a_bad_week_document_is_an_error_event() -> None:

@@ -127,14 +127,16 @@ def test_an_empty_week_admits_a_shard_larger_than_the_target() -> None:
     assert admit(2, 250, InFlight(admitted_cases=250, finished_cases=250), target=100).admitted
 
 
-def test_admit_at_the_exact_boundary_and_wait_one_case_above() -> None:
-    # 60 unfinished + 40 == 100: fits.
-    at = admit(3, 40, InFlight(admitted_cases=80, finished_cases=20), target=100)
-    assert at.verdict is AdmissionVerdict.ADMIT
-    # 61 unfinished + 40 > 100: waits for one case to finish.
-    above = admit(3, 40, InFlight(admitted_cases=80, finished_cases=19), target=100)
-    assert above.verdict is AdmissionVerdict.WAIT_ROOM and not above.admitted
-    assert "waiting for 1 to finish" in above.reason
+def test_a_shard_refills_the_target_as_soon_as_a_case_ends() -> None:
+    """The target is a floor while cases wait: one free place admits a whole shard run, so the week
+    never sinks a shard run's size below it between starts (it peaks at target + size - 1)."""
+    # 99 unfinished < 100: starts, its 40 cases take the week to 139.
+    below = admit(3, 40, InFlight(admitted_cases=120, finished_cases=21), target=100)
+    assert below.verdict is AdmissionVerdict.ADMIT and "99 cases in flight < target 100" in below.reason
+    # 100 unfinished: waits for one case to finish.
+    at = admit(3, 40, InFlight(admitted_cases=120, finished_cases=20), target=100)
+    assert at.verdict is AdmissionVerdict.WAIT_ROOM and not at.admitted
+    assert "waiting for 1 to finish" in at.reason
 
 
 def test_unfinished_never_negative() -> None:

@@ -310,14 +310,14 @@ class _AdmissionTI(_TI):
 
 
 def _admitting_operator(root: Path) -> ShardRunOperator:
-    """Shard 3 of a week of 3 shard runs of 2 cases, admitted with a configured target of 5."""
+    """Shard 3 of a week of 3 shard runs of 2 cases, admitted with a configured target of 4."""
     run = {
         "run_key": "avsim_weekly__w1",
         "artifact_root": f"file://{root}",
         "case_count": 6,
         "shard_count": 3,
         "shard_size": 2,
-        "admission": {"configured": 5, "target": 5},
+        "admission": {"configured": 4, "target": 4},
     }
     return ShardRunOperator(
         task_id="shards",
@@ -332,7 +332,7 @@ def _admitting_operator(root: Path) -> ShardRunOperator:
 def test_a_shard_without_room_defers_on_admission_and_a_failed_count_fails_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Shard runs 1 and 2 run 4 unfinished cases; shard 3's 2 would make 6 of a target of 5: the task
+    """Shard runs 1 and 2 run 4 unfinished cases, as many as the target of 4: the task
     defers on the admission trigger, not on its shard run, which it has not created. The boundary
     mocked: the execution API the counts go through (the supervisor's RuntimeTaskInstance)."""
     from avsim import airflow_internals
@@ -356,7 +356,7 @@ def test_a_shard_without_room_defers_on_admission_and_a_failed_count_fails_it(
         op.execute({"ti": _AdmissionTI(None), "dag_run": _Run()})
     trigger = deferred.value.trigger
     assert isinstance(trigger, ShardAdmissionTrigger) and deferred.value.method_name == "execute_admitted"
-    assert (trigger.shard, trigger.target) == (3, 5)
+    assert (trigger.shard, trigger.target) == (3, 4)
     with pytest.raises(AvsimError, match="could not be counted"):
         op.execute_admitted(
             {"ti": _AdmissionTI(None), "dag_run": _Run()}, {"status": "error", "message": "unreachable"}

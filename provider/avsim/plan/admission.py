@@ -207,16 +207,14 @@ def target_cases_in_flight(
     return max(1, min(load.cases, max(derived, floor)))
 
 
-#: Shard runs of more than this share of the target are too coarse to follow it (``bench/planner.py``,
-#: 10,000 sample cases, S = 250: a target of 526 (S = 0.48 of it) ended at 1.040 x the bound, 439
-#: (0.57) at 1.414: a shard run waits for S free places, so one or two are active and the week drains
-#: between them).
+#: Shard runs of more than this share of the target are too coarse to follow it: each one admitted
+#: takes the week up to a shard run above the target, which the scheduler's loop carries.
 COARSE_SHARE = 0.5
 
 
 def coarse_shard_runs(shard_size: int, cases_in_flight: int) -> bool:
-    """Shard runs too large for admission to follow ``cases_in_flight``: a new one waits for
-    ``shard_size`` free places (more than :data:`COARSE_SHARE` of the target), and with a shard run
+    """Shard runs too large for admission to follow ``cases_in_flight``: each admitted takes the week
+    up to ``shard_size`` (more than :data:`COARSE_SHARE` of the target) above it, and with a shard run
     larger than the target the loop carries a whole shard run, not the target."""
     return shard_size > COARSE_SHARE * cases_in_flight
 

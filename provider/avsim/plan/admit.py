@@ -1,8 +1,8 @@
 """Admission at run time: whether the next shard run of a week may start now.
 
 The weekly run keeps its unfinished cases near a target (:func:`avsim.plan.admission.target_cases_in_flight`)
-instead of holding a fixed window of whole shard runs: the ``shards`` task of shard k starts its shard
-run as soon as the cases that finished leave room for shard k's cases, not when a whole shard run ends.
+instead of holding a fixed window of whole shard runs: the ``shard_start`` task of shard k starts its
+shard run as soon as fewer cases than the target are unfinished, not when a whole shard run ends.
 Shard runs are admitted in order: shard k waits while an earlier shard has neither a run nor an end
 (it is waiting for room itself, or for a retry), so a freed place goes to the earliest shard and many
 waiting shards never all start at once on the same free places.
@@ -91,25 +91,25 @@ class Admission:
 def admit(shard: int, size: int, in_flight: InFlight, target: int) -> Admission:
     """Whether shard ``shard`` (``size`` cases) may start its run now, ``target`` cases in flight.
 
-    It waits for an earlier shard that has not started; else it starts when its cases fit beside the
-    unfinished ones, or when nothing is in flight (a shard run larger than the target still runs)."""
+    It waits for an earlier shard that has not started; else it starts as soon as fewer than
+    ``target`` cases are unfinished. The target is what the week never drops below while cases wait
+    to start, so a shard run refills it the moment a case ends and the week peaks at ``target + size
+    - 1``: waiting until a whole shard run fits would let the week sink to ``target - size`` before
+    every start, and the GPUs idle behind the week's stragglers."""
     unfinished = in_flight.unfinished_cases
     if in_flight.earlier_waiting is not None:
         return Admission(
             AdmissionVerdict.WAIT_TURN,
             f"shard {in_flight.earlier_waiting} has not started yet and goes first",
         )
-    if unfinished == 0 or unfinished + size <= target:
+    if unfinished < target:
         return Admission(
             AdmissionVerdict.ADMIT,
-            f"{unfinished} cases in flight + {size} of shard {shard} <= target {target}"
-            if unfinished
-            else f"no case in flight: shard {shard} ({size} cases) starts",
+            f"{unfinished} cases in flight < target {target}: shard {shard} ({size} cases) starts",
         )
     return Admission(
         AdmissionVerdict.WAIT_ROOM,
-        f"{unfinished} cases in flight + {size} of shard {shard} > target {target}: waiting for "
-        f"{unfinished + size - target} to finish",
+        f"{unfinished} cases in flight >= target {target}: waiting for {unfinished - target + 1} to finish",
     )
 
 

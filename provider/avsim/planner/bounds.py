@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, replace
 
 from avsim.plan.graph import remaining_path
-from avsim.planner.options import Capacity, PlannerError, SimOptions, phase_duration
+from avsim.planner.options import Capacity, PlannerError, SimOptions, hangs, phase_duration
 from avsim.planner.simulate import simulate
 from avsim.planner.workload import PhaseWork, Workload
 
@@ -91,9 +91,11 @@ def lower_bound(workload: Workload, capacity: Capacity, options: SimOptions | No
             if path < 0:
                 path = cache[id(case.phases)] = _path(case.phases, seconds)
         longest = max(longest, path)
-        for p, w in zip(case.phases, work, strict=True):
+        for i, (p, w) in enumerate(zip(case.phases, work, strict=True)):
             if p.is_gpu:
                 gpu += (w + held) * p.gpus
+                if hangs(t - len(case.phases) + i, 0, p.gpus, options):  # its hung attempt's slots
+                    gpu += (options.lease_seconds + held) * p.gpus
             else:
                 cpu += w + held
     run_seconds = [

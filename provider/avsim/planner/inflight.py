@@ -166,8 +166,8 @@ def format_admission(view: AdmissionView, *, ms_setting: str, per_loop_setting: 
     if view.admitting and coarse_shard_runs(shard_size, view.cases_in_flight):
         lines.append(
             f"WARNING: shard runs of {shard_size:,} cases are too coarse for {view.cases_in_flight:,} cases in "
-            f"flight: a shard run waits for {shard_size:,} free places, so few are active and the GPUs idle "
-            f"between them, and the loop carries whole shard runs; use a shard size of at most "
+            f"flight: each one admitted takes the week up to {shard_size:,} cases above the target, which "
+            f"the scheduler's loop carries; use a shard size of at most "
             f"{max(1, view.cases_in_flight // 2):,} (--shard-size, [avsim] shard_size)"
         )
     if not feed.can_feed:

@@ -86,7 +86,7 @@ class SimOptions:
     seed: int = 0
     #: Admission by cases in flight: ``None`` is the window of whole shard runs (a shard run is
     #: admitted when one of the W active ends, what runs today); a number N admits the next shard run
-    #: as soon as the unfinished cases leave room for its cases (at most N in flight, at most W shard
+    #: as soon as fewer than N cases are unfinished (never below N while cases wait, at most W shard
     #: runs active; one is always admitted when none is). See :mod:`avsim.plan.admission`.
     cases_in_flight: int | None = None
     #: The scheduler's loop: milliseconds per unfinished phase task instance of the active shard runs
@@ -96,6 +96,15 @@ class SimOptions:
     scheduler_ms_per_task_instance: float = 0.0
     #: ``[scheduler] max_tis_per_query``: the most task instances one loop queues.
     max_tis_per_loop: int = 16
+    #: The tails of a real week. ``hang_share``: share of GPU phases whose first attempt hangs, holding
+    #: its slots without progress until its lease expires (``lease_seconds`` after its work began),
+    #: then fails as infrastructure (retried after the policy's delay). ``slow_share``: share of
+    #: phases that take ``slow_factor`` x their estimate (a slow node). Retry backoff is the failure
+    #: policy's own (``failure_rate``).
+    hang_share: float = 0.0
+    lease_seconds: float = 600.0
+    slow_share: float = 0.0
+    slow_factor: float = 3.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -141,6 +150,13 @@ class SimOptions:
             )
         if self.max_tis_per_loop < 1:
             problems.append(f"max_tis_per_loop = {self.max_tis_per_loop}: use 1 or more")
+        for label, share in (("hang_share", self.hang_share), ("slow_share", self.slow_share)):
+            if not 0 <= share <= 1:
+                problems.append(f"{label} = {share}: use a share in [0, 1]")
+        if self.lease_seconds <= 0:
+            problems.append(f"lease_seconds = {self.lease_seconds}: use a positive number of seconds")
+        if self.slow_factor < 1:
+            problems.append(f"slow_factor = {self.slow_factor}: use 1 or more")
         if problems:
             raise PlannerError("planner options rejected: " + "; ".join(problems))
 
@@ -169,12 +185,26 @@ def unit(seed: int, a: int, b: int, salt: int) -> float:
 
 
 #: Salts of the draws, one per purpose.
-SALT_DURATION, SALT_PREEMPT, SALT_FAIL, SALT_FAIL_AT = 1, 2, 3, 4
+SALT_DURATION, SALT_PREEMPT, SALT_FAIL, SALT_FAIL_AT, SALT_SLOW, SALT_HANG = 1, 2, 3, 4, 5, 6
 
 
 def phase_duration(seconds: float, task: int, options: SimOptions) -> float:
-    """The duration the simulation uses for task number ``task`` (its estimate, spread if asked)."""
-    if not options.duration_spread:
-        return seconds
-    u = unit(options.seed, task, 0, SALT_DURATION)
-    return seconds * (1.0 + options.duration_spread * (2.0 * u - 1.0))
+    """The duration the simulation uses for task number ``task``: its estimate, spread if asked, and
+    ``slow_factor`` times that for the ``slow_share`` of phases on a slow node."""
+    if options.duration_spread:
+        u = unit(options.seed, task, 0, SALT_DURATION)
+        seconds *= 1.0 + options.duration_spread * (2.0 * u - 1.0)
+    if options.slow_share and unit(options.seed, task, 0, SALT_SLOW) < options.slow_share:
+        seconds *= options.slow_factor
+    return seconds
+
+
+def hangs(task: int, attempt: int, gpus: int, options: SimOptions) -> bool:
+    """Whether attempt ``attempt`` (0 the first) of task number ``task`` hangs until its lease expires:
+    the first attempt of ``hang_share`` of the GPU phases."""
+    return bool(
+        options.hang_share
+        and gpus
+        and attempt == 0
+        and unit(options.seed, task, attempt, SALT_HANG) < options.hang_share
+    )

@@ -42,6 +42,8 @@ class SimResult:
     mean_twin_task_instances: float = 0.0
     peak_cases_in_flight: int = 0
     peak_active_shard_runs: int = 0
+    #: The fewest unfinished cases while some cases still waited to start (None: none ever waited).
+    min_cases_in_flight_waiting: int | None = None
     #: Scheduler loops simulated (0 without ``scheduler_ms_per_task_instance``), their mean and longest.
     loops: int = 0
     mean_loop_seconds: float = 0.0

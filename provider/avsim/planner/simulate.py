@@ -23,7 +23,10 @@ What it models, as the scheduler and the DAGs do:
   phase out of budget fails and its downstream phases never run (its case still ends, as failed).
 
 - **admission** (``cases_in_flight``): instead of the window of W whole shard runs, the next shard
-  run starts as soon as the unfinished cases leave room for its cases (W still caps the active runs);
+  run starts as soon as fewer than the target are unfinished (``max_active_shards`` caps the
+  active runs only where the caller asks: the weekly run admitting by cases has no such cap);
+- **tails**: ``hang_share`` of GPU phases hang on their first attempt until their lease expires,
+  ``slow_share`` of phases take ``slow_factor`` x their estimate; retries wait the policy's backoff;
 - **the scheduler's loop** (``scheduler_ms_per_task_instance``): loops run back to back, each as long
   as the unfinished phase task instances of the active shard runs times that cost; a phase that
   becomes ready is queued at the end of the first loop that begins after it (so it waits one to two
@@ -51,6 +54,7 @@ from avsim.planner.options import (
     Capacity,
     PlannerError,
     SimOptions,
+    hangs,
     phase_duration,
     unit,
 )
@@ -62,7 +66,7 @@ POOL_NAMES = ("GPU spot", "GPU on-demand", "CPU")
 #: The pool of each node class the failure policy places an attempt on.
 POOL_OF_NODE = {NODE_SPOT: SPOT, NODE_ON_DEMAND: ON_DEMAND, NODE_CPU: CPU}
 # Event kinds; at equal times, completions are handled before retries become ready.
-_END, _PREEMPT, _FAIL, _READY, _SHARD, _QUEUE, _LOOP = 0, 1, 2, 3, 4, 5, 6
+_END, _PREEMPT, _FAIL, _READY, _SHARD, _QUEUE, _LOOP, _HANG = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 def check_capacity(workload: Workload, capacity: Capacity, options: SimOptions) -> None:
@@ -236,6 +240,7 @@ class _Simulation:
         self.next_shard = 0
         self.active_runs = 0
         self.open_cases = 0  # admitted and not ended
+        self.min_waiting = math.inf  # the fewest open cases while some cases wait to start
         self.shards_done = 0
         # What the scheduler's loop carries, integrated over time.
         self.open_tis = self.open_twins = 0
@@ -287,6 +292,8 @@ class _Simulation:
                 self._dispatch(now)
             elif loop_ends:
                 self._loop_over(now)
+            if self.next_shard < self.n_shards and self.open_cases < self.min_waiting:
+                self.min_waiting = self.open_cases  # cases wait to start while these are in flight
             used = total_gpus - self.free[SPOT] - self.free[ON_DEMAND]
             if used != in_use[-1][1]:
                 in_use.append((now, used))
@@ -302,13 +309,11 @@ class _Simulation:
         """Start the next shard runs the window (and the cases-in-flight target) leave room for."""
         o = self.options
         while self.next_shard < self.n_shards and self.active_runs < o.max_active_shards:
-            size = len(self.shard_cases[self.next_shard])
-            if (
-                o.cases_in_flight is not None
-                and self.active_runs
-                and self.open_cases + size > o.cases_in_flight
-            ):
+            # Admitting by cases: the next shard run refills the week while fewer than the target are
+            # unfinished (avsim.plan.admit.admit).
+            if o.cases_in_flight is not None and self.active_runs and self.open_cases >= o.cases_in_flight:
                 break
+            size = len(self.shard_cases[self.next_shard])
             self.active_runs += 1
             self.open_cases += size
             self.peaks["runs"] = max(self.peaks["runs"], self.active_runs)
@@ -426,6 +431,8 @@ class _Simulation:
             at = begin + work * unit(o.seed, t, attempt, SALT_FAIL_AT)
             if at < end:
                 end, kind = at, _FAIL
+        if hangs(t, attempt, self.gpus[t], o):  # no progress, its slots held until the lease expires
+            end, kind = begin + o.lease_seconds, _HANG
         self._push(end, kind, t)
 
     def _attempt_over(self, t: int, kind: int, now: float) -> None:
@@ -443,8 +450,8 @@ class _Simulation:
         if kind == _END:
             self._finish(t, True, now)
             return
-        # Preempted or crashed: keep what the last checkpoint saved, lose the rest.
-        done = self.progress[t] + max(0.0, elapsed - self.held)
+        # Preempted or crashed: keep what the last checkpoint saved, lose the rest (a hang did nothing).
+        done = self.progress[t] + (0.0 if kind == _HANG else max(0.0, elapsed - self.held))
         saved = 0.0
         if self.checkpoint[t]:
             step = self.options.checkpoint_seconds
@@ -538,6 +545,7 @@ class _Simulation:
             mean_twin_task_instances=self.twins_area / span if span > 0 else 0.0,
             peak_cases_in_flight=self.peaks["cases"],
             peak_active_shard_runs=self.peaks["runs"],
+            min_cases_in_flight_waiting=None if math.isinf(self.min_waiting) else int(self.min_waiting),
             loops=len(self.loop_lengths),
             mean_loop_seconds=sum(self.loop_lengths) / len(self.loop_lengths) if self.loop_lengths else 0.0,
             max_loop_seconds=max(self.loop_lengths, default=0.0),

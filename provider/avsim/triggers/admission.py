@@ -1,7 +1,7 @@
 """The trigger a ``shards`` task waits on before it starts its shard run: room among the week's cases.
 
 Admitting by cases in flight (:mod:`avsim.plan.admit`), shard k starts its shard run when the week's
-unfinished cases leave room for its cases under the target, and no earlier shard is still waiting.
+unfinished cases are fewer than the target, and no earlier shard is still waiting.
 :class:`ShardAdmissionTrigger` counts that every ``poll_interval`` seconds through the execution API
 (:func:`avsim.plan.week_counts.read_in_flight`) and fires:
 
@@ -38,7 +38,7 @@ OUTAGE_SECONDS = 900.0
 
 
 class ShardAdmissionTrigger(BaseTrigger):
-    """Fires when shard ``shard`` of the week ``week`` (:meth:`WeekShape.to_json`) fits under ``target``.
+    """Fires when shard ``shard`` of the week ``week`` (:meth:`WeekShape.to_json`) may start under ``target``.
 
     :param week: the week's shape (:class:`avsim.plan.week_counts.WeekShape`, as JSON).
     :param shard: the shard waiting (numbered from 1).
