@@ -115,6 +115,7 @@ def _runs_in_progress(stack: LocalStack, run_id: str) -> list[tuple[Any, Any]]:
     )
 
 
+@pytest.mark.long  # a 40-case week held by hung phases, a few minutes on 2 cores
 def test_stragglers_holding_w_shard_runs_do_not_keep_the_next_from_starting(stack: LocalStack) -> None:
     """The first case of every shard run hangs in simulate until its 20 s lease expires, then passes on
     its retry: every shard run is held by one straggler while its other cases are done. W = 6 capped

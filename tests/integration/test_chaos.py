@@ -34,7 +34,8 @@ from tests.support.verdicts import check_states_match_the_ledger
 from avsim.artifacts import RunLayout, run_key_for
 from avsim.devstack.stack import LocalStack
 
-pytestmark = pytest.mark.integration
+# Long: a week under kills of every component, about 2.5 minutes on 2 cores.
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 CASES = 70
 RATES = ChaosRates(crash=0.08, preempt=0.12, hang=0.03, scenario_fail=0.08)

@@ -19,7 +19,8 @@ from tests.support.airflow_run import query
 from tests.support.deployment_doc import DocRunner, first_run_steps
 
 # 267 s on 2 cores (stack start, 20-case week): under the suite's 900 s per test, so in `make test`.
-pytestmark = [pytest.mark.integration, pytest.mark.distributed]
+# Long: a distributed stack and a whole first week, about 4 minutes on 2 cores.
+pytestmark = [pytest.mark.integration, pytest.mark.distributed, pytest.mark.long]
 
 
 def test_the_first_weekly_run_works_as_the_deployment_doc_says(tmp_path: Path) -> None:

@@ -225,6 +225,7 @@ def _ledger_checks(
     assert recorded_lost and recorded_lost <= lost & claimed, (recorded_lost, lost, claimed & lost)
 
 
+@pytest.mark.long  # 4 to 6 minutes on 2 cores: the lost worker waits out its heartbeat
 def test_a_week_survives_a_lost_worker_and_is_repaired_in_place(stack: DistributedStack) -> None:
     run_id = "it__distributed"
     doc, manifest, marker = _week(stack, run_id)

@@ -47,7 +47,8 @@ from tests.support.postgres import postgres_cluster
 from avsim.devstack.demo import wait_for_dag
 from avsim.devstack.stack import LocalStack
 
-pytestmark = pytest.mark.integration
+# Long: three stacks of scheduler behaviour, about 2 minutes on 2 cores.
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = 48

@@ -37,7 +37,9 @@ from avsim.devstack.stack import LocalStack
 from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
 
-pytestmark = pytest.mark.integration
+# Long: a stack and four weeks in Chromium, about 2.5 minutes on 2 cores (test_ui_access keeps the
+# browser and the page in make test).
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 RUN_ID = "it__ui"
 STOPPED_RUN_ID = "it__ui_stopped"
