@@ -70,3 +70,11 @@ def test_whole_week_quick_prints_its_ratios() -> None:
     got = summary(out, "whole_week")
     finite(got, "cases", "loop_ratio", "shipped_vs_tuned")
     assert got["cases"] == 40
+
+
+@pytest.mark.timeout(1500)
+def test_stragglers_quick_prints_the_cost_of_hung_phases() -> None:
+    out = run_bench("stragglers", "--quick", "--cases", "40", "--target", "12", timeout=1400)
+    got = summary(out, "stragglers_real")
+    finite(got, "makespan_vs_clean", "inflight_min_vs_target")
+    assert got["makespan_vs_clean"] > 0 and got["inflight_min_vs_target"] >= 0
