@@ -147,4 +147,4 @@ def test_stragglers_holding_w_shard_runs_do_not_keep_the_next_from_starting(stac
     runs = _runs_in_progress(stack, run_id)
     assert len(runs) == -(-40 // size) > 6
     most = max(sum(1 for c, e in runs if c <= at < e) for at, _ in runs)
-    assert most > 6, f"at most {most} shard runs in progress at once: W = 6 still caps them"
+    assert most > 6, f"at most {most} shard runs in progress at once while stragglers held them"

@@ -49,7 +49,7 @@ def _adhoc_manifest(cases: int) -> dict[str, Any]:
     doc = sample_manifest(cases * 3, time_scale=0.002, scenario_fail_rate=0.0, canary={"enabled": False})
     doc["cases"] = [c for c in doc["cases"] if c["graph"] == "standard"][:cases]
     assert len(doc["cases"]) == cases
-    doc["run"].update(name="adhoc-gpu-load", run_class="adhoc")
+    doc["run"].update(name="adhoc_gpu_load", run_class="adhoc")
     return doc
 
 
