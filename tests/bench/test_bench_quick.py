@@ -2,7 +2,8 @@
 
 Each runs as a user runs it (``python bench/<name>.py --quick ...``, a process of its own); the
 assertions read the bench's last line (``<name>: key=value ...``) and check what must hold of any
-run, however small. Seconds each; the benches that run weeks on a stack are in test_bench_stacks.py.
+run, however small. Seconds each (shard_pass and k8s_api_load, half a minute each, in the long tier);
+the benches that run weeks on a stack are in test_bench_stacks.py.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def test_input_bounds_quick_prints_the_bound_held() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.long  # about 40 s of dags test passes
 def test_shard_pass_quick_prints_per_case_cost() -> None:
     got = summary(run_bench("shard_pass", "--quick", timeout=300), "shard_pass")
     finite(got, "largest_vs_smallest", "ms_per_case")
@@ -49,6 +51,7 @@ def test_shard_pass_quick_prints_per_case_cost() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.long  # about 30 s of phases on the loopback Kubernetes API
 def test_k8s_api_load_quick_prints_calls_per_phase_second() -> None:
     got = summary(run_bench("k8s_api_load", "--quick", timeout=300), "k8s_api_load")
     finite(got, "avsim_vs_stock", "avsim_calls_per_phase_second", "stock_calls_per_phase_second")

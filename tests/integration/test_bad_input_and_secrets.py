@@ -236,6 +236,7 @@ def _inline_depth_bomb(depth: int) -> str:
     return json.dumps(doc).replace('"@P@"', '{"a":' + "[" * depth + "]" * depth + "}")
 
 
+@pytest.mark.long  # 40 s of a worker parsing the bomb; the bounds themselves are unit-tested
 def test_a_depth_bomb_in_the_conf_fails_prepare_as_bad_input_and_the_worker_serves_on(
     stack: LocalStack,
 ) -> None:
