@@ -115,36 +115,40 @@ def _runs_in_progress(stack: LocalStack, run_id: str) -> list[tuple[Any, Any]]:
     )
 
 
-@pytest.mark.long  # a 40-case week held by hung phases, a few minutes on 2 cores
-def test_stragglers_holding_w_shard_runs_do_not_keep_the_next_from_starting(stack: LocalStack) -> None:
-    """The first case of every shard run hangs in simulate until its 20 s lease expires, then passes on
-    its retry: every shard run is held by one straggler while its other cases are done. W = 6 capped
-    the shard tasks, so no 7th shard run could start while 6 stragglers waited, whatever the room;
-    now shard runs start whenever the week's cases in flight leave room."""
+@pytest.mark.long  # its own stack and a week held by hung phases, about 4 minutes on 2 cores
+def test_stragglers_holding_w_shard_runs_do_not_keep_the_next_from_starting(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """W = 2 and a target of every case (30): the first GPU case of each of the week's 3 shard runs
+    hangs in simulate until its 60 s lease expires, so each shard run is held by one straggler. The
+    mapped ``shards`` task held one of W slots per shard run until the run ended, so the third shard
+    run waited for a straggler whatever the room; now only the starts are capped and all three run
+    at once."""
     doc = sample_manifest(
-        40, time_scale=0.00002, scenario_fail_rate=0.0, crash_rate=0.0, canary={"enabled": False}, seed=37
+        30, time_scale=0.00002, scenario_fail_rate=0.0, crash_rate=0.0, canary={"enabled": False}, seed=37
     )
     for graph in doc["graphs"].values():
         for phase in graph["phases"].values():
-            phase.update(heartbeat_seconds=1, lease_seconds=20)
-    manifest_path = stack.home / "stragglers.json"
-    manifest_path.write_text(json.dumps(doc))  # to read the shard size the week is cut into
-    run_id = "it__stragglers"
-    load = workload_from_manifest(Manifest.model_validate(doc)).case_load()
-    size = admission_shard_size(40, target_cases_in_flight(load, Pools(spot_gpus=GPUS, cpus=CPUS)), 250)
-    # The first case with a simulate phase in every shard run hangs once (cases are cut in order).
-    for first in range(0, 40, size):
+            phase.update(heartbeat_seconds=1, lease_seconds=60)
+    size = admission_shard_size(30, 30, 250)
+    assert size == 10
+    for first in range(0, 30, size):
         case = next(
-            (c for c in doc["cases"][first : first + size] if c["graph"] in ("standard", "with_render")), None
+            c for c in doc["cases"][first : first + size] if c["graph"] in ("standard", "with_render")
         )
-        if case is not None:
-            case["parameters"]["fakesim"] = {"simulate": "hang_once"}
-    manifest_path.write_text(json.dumps(doc))
-    trigger(stack, "avsim_weekly", run_id, {"manifest": str(manifest_path)})
-    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=1200) == "success"
-    assert run_descriptor(stack, run_id)["shard_size"] == size
-
-    runs = _runs_in_progress(stack, run_id)
-    assert len(runs) == -(-40 // size) > 6
+        case["parameters"]["fakesim"] = {"simulate": "hang_once"}
+    run_id = "it__stragglers"
+    with weekly_stack(
+        tmp_path_factory.mktemp("stragglers"), shard_size=250, max_active_shards=2, cases_in_flight=30
+    ) as stack:
+        manifest_path = stack.home / "stragglers.json"
+        manifest_path.write_text(json.dumps(doc))
+        trigger(stack, "avsim_weekly", run_id, {"manifest": str(manifest_path)})
+        assert wait_for_run(stack, "avsim_weekly", run_id, timeout=1200) == "success"
+        assert run_descriptor(stack, run_id)["shard_size"] == size
+        runs = sorted(_runs_in_progress(stack, run_id))
+    assert len(runs) == 3
     most = max(sum(1 for c, e in runs if c <= at < e) for at, _ in runs)
-    assert most > 6, f"at most {most} shard runs in progress at once while stragglers held them"
+    assert most == 3, f"at most {most} shard runs in progress at once while stragglers held them (W = 2)"
+    # The third started beside the first two, not after a straggler's lease.
+    assert (runs[2][0] - runs[0][0]).total_seconds() < 45, runs
