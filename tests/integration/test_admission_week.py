@@ -1,8 +1,8 @@
 """Admission by cases in flight on the real scheduler, dag-processor, triggerer and api-server (PostgreSQL).
 
 Weeks with the shipped admission (``[avsim] cases_in_flight`` 0: the target derived from the pools,
-which ``prepare`` reads through the REST API) and W = 6, on a scheduler declared slow (100 ms per task
-instance) so that the pools, not the cases the scheduler carries comfortably, set the target. The old
+which ``prepare`` reads through the REST API) and W = 6, on a scheduler declared slow (1 s per task
+instance: it carries one case comfortably) so that the pools set the target. The old
 window would have started 6 shard runs at once; admission must never hold more unfinished cases than
 its target plus a shard run (a shard run starts while fewer than the target are unfinished), must
 start shard runs while earlier ones still run, and must have made some shards wait;
@@ -42,7 +42,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
         cases_in_flight=0,
         gpus=GPUS,
         cpus=CPUS,
-        extra_env={"AIRFLOW__AVSIM__SCHEDULER_MS_PER_TASK_INSTANCE": "100"},
+        extra_env={"AIRFLOW__AVSIM__SCHEDULER_MS_PER_TASK_INSTANCE": "1000"},
     ) as s:
         yield s
 

@@ -271,9 +271,9 @@ def test_the_plan_command_speaks_of_the_pools_pace_and_the_loop(tmp_path: Path) 
     done = runner.invoke(app, args)
     assert done.exit_code == 0, done.output
     out = done.output
-    # The target and why: here the cases the scheduler carries comfortably, above Little's law.
-    assert "admission by cases in flight: target 123 unfinished cases (the 123 cases whose task" in out
-    assert "above Little's law x 2 = 71 over the GPU pool" in out
+    # The target and why: here every case, the scheduler carries more comfortably than the week has.
+    assert "admission by cases in flight: target 200 unfinished cases (every case of the week: not" in out
+    assert "Little's law x 2 = 71, the scheduler carries 308 comfortably" in out
     assert "phase starts per second" in out
     assert "x 3 ms ([avsim] scheduler_ms_per_task_instance)" in out
     assert "per loop ([scheduler] max_tis_per_query)" in out

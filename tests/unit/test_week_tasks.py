@@ -132,7 +132,7 @@ def test_prepare_sizes_admission_from_the_pools_and_a_retry_keeps_the_cut(week, 
 
     settings, plan, manifest = week
     plan = replace(plan, shard_size=250, max_active_shards=6)
-    # A scheduler slow enough (200 ms per task instance) that it carries 2 cases comfortably: the
+    # A scheduler slow enough (200 ms per task instance) that it carries 5 cases comfortably: the
     # pools set the target. At the shipped 3 ms, this 25-case week is not throttled at all.
     shipped = tasks.prepare_week(
         source=str(manifest),
@@ -150,7 +150,7 @@ def test_prepare_sizes_admission_from_the_pools_and_a_retry_keeps_the_cut(week, 
     load = workload_from_manifest(validate_manifest(json.loads(manifest.read_text()))).case_load()
     target = target_cases_in_flight(load, Pools(spot_gpus=4, cpus=8))
     assert run.admission is not None and (run.admission.spot_gpus, run.admission.cpus) == (4, 8)
-    assert run.admission.target == target > run.admission.floor == 2 and run.admission.configured == 0
+    assert run.admission.target == target > run.admission.floor == 5 and run.admission.configured == 0
     assert run.shard_size == admission_shard_size(21, target, 250) < 21
     assert run.shard_count == -(-21 // run.shard_size) == len(first["shards"])
     again = tasks.prepare_week(source=str(manifest), pool_slots=lambda: (40, 80), **kw)

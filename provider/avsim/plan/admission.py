@@ -174,12 +174,14 @@ def binding_pool(load: CaseLoad, pools: Pools) -> str:
 
 
 #: The scheduler loop a week's cases in flight may cost before admission holds any back (seconds):
-#: within it a phase that becomes ready is queued within about two seconds, as in a week of a few
-#: hundred task instances. Below the cases that fill it (:func:`comfortable_cases`) a week is not
+#: Airflow's scheduler heartbeat, so a phase that becomes ready waits at most about one heartbeat for
+#: the loop that queues it. Below the cases that fill it (:func:`comfortable_cases`) a week is not
 #: throttled, and every week keeps at least that many in flight: with few GPUs, Little's law alone
 #: admits so few cases that no GPU phase of the week waits in front of the pool, and a lower class
-#: takes the slots its priority should have kept (docs/design.md, "Admission by cases in flight").
-COMFORTABLE_LOOP_SECONDS = 2.0
+#: takes the slots its priority should have kept; and a case counts as finished only when its last,
+#: lowest-ranked phase ends, so a small target refills in waves (docs/design.md, "Admission by cases
+#: in flight").
+COMFORTABLE_LOOP_SECONDS = 5.0
 
 
 def comfortable_cases(load: CaseLoad, ms_per_task_instance: float) -> int:
