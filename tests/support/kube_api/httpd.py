@@ -387,8 +387,9 @@ class KubeRequestHandler(BaseHTTPRequestHandler):
                     continue
                 if line == CLOSE:  # the server is stopping
                     raise ClientGone
-                self._chunk(line)
+                # Counted before the write: a client that has read the event must find it counted.
                 api._count_events(1)
+                self._chunk(line)
                 if initial_left > 0:
                     initial_left -= 1
                     if initial_left == 0:
@@ -406,8 +407,8 @@ class KubeRequestHandler(BaseHTTPRequestHandler):
         obj: dict[str, Any] = {"kind": res.kind, "apiVersion": res.api_version, "metadata": meta}
         if res is PODS:
             obj |= {"spec": {"containers": None}, "status": {}}
-        self._chunk(encode_event("BOOKMARK", obj))
         self.server.api._count_events(1)
+        self._chunk(encode_event("BOOKMARK", obj))
 
     # -- logs ------------------------------------------------------------------------------------
     def _pod_log(self, ns: str, name: str, query: dict[str, str]) -> None:
