@@ -112,6 +112,7 @@ def check_nothing_held_against_the_build(layout: RunLayout, case_id: str) -> Non
     assert (attempt.attempt, attempt.state, attempt.outcome) == (1, "started", None), attempt
 
 
+@pytest.mark.long  # its own stack, about a minute (the user-kill decisions are unit-tested in tests/k8s)
 def test_a_killed_local_phase_leaves_no_process(tmp_path: Path) -> None:
     run_id = "it__kill_local"
     with weekly_stack(tmp_path, shard_size=4, max_active_shards=1) as stack:
