@@ -4,8 +4,9 @@ Two weekly runs of the same sample cases on one stack (the real scheduler, dag-p
 and api-server, LocalExecutor, PostgreSQL): the clean week, then the week where 5 % of the cases'
 ``simulate`` first attempts hang (no progress, no heartbeat) until their lease expires, then pass on
 their retry. Both admit by cases in flight with ``[avsim] cases_in_flight`` set so that admission
-binds. While cases wait to start, the unfinished cases are sampled every 2 s from the metadata
-database (the cases of running shard runs whose last phase has not ended).
+binds. From the first shard run's creation until the last one's, while cases wait to start, the
+unfinished cases are sampled every 2 s from the metadata database (the expanded cases of running
+shard runs whose last phase has not ended: a shard run's cases count from its groups' expansion).
 
 It ends with ``stragglers_real: makespan_vs_clean=R inflight_min_vs_target=R`` (the straggler
 week's makespan over the clean week's, and its fewest unfinished cases while cases waited over the
@@ -82,8 +83,9 @@ class InFlightSampler:
         params = {"d": SHARD, "p": f"{self.run_id}__shard_%", "ended": list(ENDED)}
         while not self._stop.wait(SAMPLE_SECONDS):
             with contextlib.suppress(Exception), self.engine.connect() as c:  # a missed sample is no harm
-                if int(c.execute(runs, params).scalar() or 0) >= self.shard_count:
-                    continue  # every case has started: nothing waits
+                created = int(c.execute(runs, params).scalar() or 0)
+                if created == 0 or created >= self.shard_count:
+                    continue  # admission has not begun, or every case has started: nothing waits
                 self.samples.append(int(c.execute(open_cases, params).scalar() or 0))
 
     def close(self) -> list[int]:
