@@ -8,7 +8,7 @@ is that source (the deadline tracker counts through it too); a test gives its ow
 One count costs two state reads and two counts per graph family, whatever the week's size:
 - which shard runs exist and which are in progress: the states of their ``load_shard`` task (created
   with the run) and ``summarize`` (the run's last, all_done: it has ended when every case has);
-- where the earlier shards are: the states of the weekly run's ``shards`` map indexes;
+- where the earlier shards are: the states of the weekly run's ``shard_start`` map indexes;
 - finished cases: the ended task instances of each family's last phase over the runs in progress,
   less its unexpanded one (a family without cases in a run). A family with several last tasks (several
   last phases, or a last phase and its on-demand twin) reads their states per case instead.
