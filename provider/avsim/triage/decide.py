@@ -22,6 +22,7 @@ from avsim.settings import TriageSettings
 from avsim.triage.model import (
     BuildSide,
     CaseTriage,
+    NewlyFailing,
     OutputDifference,
     Rerun,
     TriageReport,
@@ -37,14 +38,9 @@ AUDIT_SHARE = TriageSettings().determinism_sample
 AUDIT_MIN = 5
 
 
-class Candidate(_Model):
+class Candidate(NewlyFailing):
     """A case that newly fails its scenario: what triage reruns, and how it ranks."""
 
-    case_id: str = Field(min_length=1)
-    previous_case_id: str = ""
-    scenario_uri: str = ""
-    graph: str = ""
-    failing_phase: str = Field(min_length=1)
     #: Higher first (the failing phase's weight in the plan: its remaining critical path); None: unknown.
     priority: int | None = None
 
@@ -53,11 +49,7 @@ class Candidate(_Model):
 
     def triaged(self, reruns: Sequence[Rerun], verdict: TriageVerdict, reason: str) -> CaseTriage:
         return CaseTriage(
-            case_id=self.case_id,
-            previous_case_id=self.previous_case_id,
-            scenario_uri=self.scenario_uri,
-            graph=self.graph,
-            failing_phase=self.failing_phase,
+            **self.model_dump(include=set(NewlyFailing.model_fields)),
             reruns=tuple(reruns),
             verdict=verdict,
             reason=reason,

@@ -64,14 +64,19 @@ class Rerun(_Model):
         return self.outcome in RESULTS
 
 
-class CaseTriage(_Model):
-    """A newly failing case: where it failed, its reruns, and the verdict they give."""
+class NewlyFailing(_Model):
+    """A case that failed its scenario this week and passed last week, and the phase that failed."""
 
     case_id: str = Field(min_length=1)
     previous_case_id: str = ""
     scenario_uri: str = ""
     graph: str = ""
     failing_phase: str = Field(min_length=1)
+
+
+class CaseTriage(NewlyFailing):
+    """A newly failing case: where it failed, its reruns, and the verdict they give."""
+
     reruns: tuple[Rerun, ...] = ()
     verdict: TriageVerdict
     reason: str = Field(min_length=1)
