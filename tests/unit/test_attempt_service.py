@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.unit.test_phase_lifecycle import prepared_week, wrote_result
+from tests.support.lifecycle import prepared_week, wrote_result
 
 from avsim.artifacts import RunLayout
 from avsim.attempt.args import PhaseArgs, TryView

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.unit import test_phase_lifecycle as lifecycle_tests
-from tests.unit.test_phase_lifecycle import Phase, TaskInstance, _task
+from tests.support.lifecycle import Phase, TaskInstance, Week, phase_task, prepared_week
 
 from avsim import metrics
 from avsim.attempt import PhaseAttempt
@@ -30,8 +29,12 @@ from avsim.phases.contract import RESULT_FILE, AttemptResult, Outcome
 from avsim.phases.policy import Role
 
 PASSED = AttemptResult(Outcome.PASSED, 0, "", "", "pod-1")
-#: A prepared week on a file:// ledger: (run descriptor, a case, the ledger).
-week = lifecycle_tests.week
+
+
+@pytest.fixture
+def week(tmp_path: Path) -> Week:
+    """A prepared week on a file:// ledger: (run descriptor, a case, the ledger)."""
+    return prepared_week(tmp_path)
 
 
 def write_outputs(attempt: PhaseAttempt, *, artifacts: tuple[str, ...] = ("trace.json",)) -> None:
@@ -73,7 +76,7 @@ def test_two_triggers_committing_one_passed_attempt_count_it_once(week: Any, emi
     """HA failover: two triggerers run the same trigger, and both see the pod pass. The attempt is
     recorded, counted in GPU-seconds and in the build's breaker window once, and both end the task with
     the same committed result."""
-    task = _task(week, "simulate", Role.SPOT, 1)
+    task = phase_task(week, "simulate", Role.SPOT, 1)
     task.inputs = {"prepare": "file:///upstream/prepare/attempt-1"}  # its upstream's committed output
     ti, attempt = begin(task, 1)
     assert attempt.runtime.gpus >= 1
@@ -94,7 +97,7 @@ def test_a_stale_trigger_after_a_newer_try_leaves_the_abandoned_record_and_the_b
     """Try 1's worker was lost; try 2 recorded its attempt as abandoned and claimed attempt 2. Try 1's
     trigger then sees its pod pass: it must not overwrite the abandoned record, feed the breaker or
     count GPU-seconds, and it commits nothing (its end is handed to a worker, which Airflow refuses)."""
-    task = _task(week, "prepare", Role.SPOT, 1)
+    task = phase_task(week, "prepare", Role.SPOT, 1)
     ti1, attempt1 = begin(task, 1)
     write_outputs(attempt1)
     stale = plan_of(task, ti1, attempt1)
@@ -113,7 +116,7 @@ def test_a_stale_trigger_after_a_newer_try_leaves_the_abandoned_record_and_the_b
 def test_a_stale_worker_after_a_newer_try_records_nothing(week: Any, emitted: list[Any]) -> None:
     """The worker's side takes the same fence: a zombie try's failure does not overwrite the record a
     newer try wrote, nor count against the build."""
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     ti1, attempt1 = begin(task, 1)
     begin(task, 2)
     with pytest.raises(AvsimError, match="attempt 2 is the current one"):
@@ -135,7 +138,7 @@ def test_a_worker_resumed_after_its_trigger_committed_returns_the_commit(
     """The trigger committed the pass, then its triggerer died; the restarted trigger found the pod gone
     and the phase resumed in a worker with a vanished pod. The worker returns the committed result and
     records no infrastructure failure over the pass (no false evidence against the build)."""
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     ti, attempt = begin(task, 1)
     write_outputs(attempt)
     committed = commit_passed(plan_of(task, ti, attempt), PASSED)
@@ -209,7 +212,7 @@ def test_the_fence_as_a_table(
 def test_a_pass_without_its_declared_outputs_is_an_infrastructure_failure_never_cached(
     week: Any, lost: str
 ) -> None:
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     ti, attempt = begin(task, 1)
     if lost == "artifact":  # result.json lists a file the phase never wrote
         write_outputs(attempt)
@@ -233,7 +236,7 @@ def test_a_pass_without_its_declared_outputs_is_an_infrastructure_failure_never_
 def test_the_trigger_leaves_a_pass_without_outputs_to_the_worker(week: Any) -> None:
     """The trigger commits passes only: one with missing outputs has a decision in it (retry), so it is
     handed to the worker with nothing recorded."""
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     ti, attempt = begin(task, 1)
     with pytest.raises(AvsimError, match=f"missing_output.*{RESULT_FILE}"):
         commit_passed(plan_of(task, ti, attempt), PASSED)
@@ -293,7 +296,7 @@ def test_settling_an_earlier_tries_attempt_leaves_a_pass_its_trigger_recorded_me
     records and commits it. Try 2 must not overwrite the pass with ``abandoned``, and it counts attempt
     1 in the round's history as passed. The interleaving is forced at the ledger's list (the trigger's
     real commit runs right after try 2's read returns); everything else is the real ledger."""
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     raced = _trigger_commits_after_the_next_list(task, monkeypatch)
     ti2 = TaskInstance(task.task_id, try_number=2, max_tries=task.retries)
     history = task.service.settle_abandoned(task.try_view(ti2), task.try_view(ti2).round_start(task.retries))
@@ -314,7 +317,7 @@ def test_a_try_that_settles_a_pass_committed_meanwhile_launches_nothing(
 ) -> None:
     """The same race, through the whole begin: try 2 found no commit, then, while it settled attempt 1,
     try 1's trigger committed its pass. Try 2 returns that result instead of claiming attempt 2."""
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     raced = _trigger_commits_after_the_next_list(task, monkeypatch)
     ti2 = TaskInstance(task.task_id, try_number=2, max_tries=task.retries)
     assert task.begin_attempt({"ti": ti2}) == raced[0]

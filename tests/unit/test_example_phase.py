@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.unit.test_phase_lifecycle import TaskInstance
+from tests.support.lifecycle import TaskInstance
 
 from avsim.artifacts import RunLayout
 from avsim.dagbuild import tasks

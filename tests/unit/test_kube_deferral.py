@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from kubernetes.client import models as k8s
-from tests.unit.test_kube_schemas import KUBE
+from tests.support.kube_settings import KUBE
 
 from avsim.artifacts import RunLayout
 from avsim.attempt import PhaseAttempt, PhaseRuntime

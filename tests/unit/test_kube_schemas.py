@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient
 from tests.support.kube_api.schema import SUPPORTED_VERSIONS, violations
+from tests.support.kube_settings import KUBE
 
 from avsim.artifacts import RunLayout
 from avsim.attempt import PhaseAttempt, PhaseRuntime
@@ -27,26 +28,7 @@ from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
 from avsim.operators.kubernetes import KubernetesPhaseOperator
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT
-from avsim.settings import KubernetesSettings
 
-KUBE = KubernetesSettings(
-    run_as_user=4242,
-    node_classes={
-        NODE_SPOT: {
-            "node_selector": {"avsim.io/capacity": "spot", "nvidia.com/gpu.present": "true"},
-            "tolerations": [
-                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                {"key": "spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
-            ],
-        },
-        NODE_ON_DEMAND: {
-            "node_selector": {"avsim.io/capacity": "on-demand"},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        },
-        NODE_CPU: {"node_selector": {"avsim.io/pool": "cpu"}},
-    },
-    priority_classes={"canary": "avsim-canary", "weekly": "avsim-weekly", "adhoc": "avsim-adhoc"},
-)
 POD_OVERRIDES: dict[str, Any] = {
     "labels": {"example.com/variant": "overrides"},
     "annotations": {"example.com/owner": "team-sim"},

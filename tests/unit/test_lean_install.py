@@ -12,11 +12,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.unit.test_report_files import build, layout, read  # noqa: F401 - the fixture
+from tests.support.report_week import build, read, week_layout
 
 from avsim.artifacts import RunLayout
 from avsim.errors import AvsimError
 from avsim.report.build import write_report
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> RunLayout:
+    return week_layout(tmp_path)
 
 
 def _absent(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
@@ -26,7 +31,7 @@ def _absent(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
 
 
 def test_the_report_without_matplotlib_has_every_file_but_the_plots_and_says_why(
-    layout: RunLayout,  # noqa: F811
+    layout: RunLayout,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _absent(monkeypatch, "matplotlib")

@@ -1,128 +1,32 @@
 """The phase lifecycle's decisions, fast: a real prepared run on a file:// ledger, a real breaker and
 the real failure policy, driven attempt by attempt without a scheduler.
 
-The boundary: Airflow's task instance is a small stand-in (:class:`TaskInstance`) holding what the
-lifecycle reads from it (try number, max tries, map index) and an XCom table. Everything after it —
-the ledger's claims, records and commits, budgets, delays, exceptions, hand-over — is the product's.
+The boundary: Airflow's task instance is a small stand-in (``tests.support.lifecycle.TaskInstance``)
+holding what the lifecycle reads from it (try number, max tries, map index) and an XCom table.
+Everything after it — the ledger's claims, records and commits, budgets, delays, exceptions,
+hand-over — is the product's.
 The same journeys on the real scheduler are the long-tier ``tests/integration/test_failure_classes.py``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
-import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.lifecycle import Phase, TaskInstance, Week, phase_task, prepared_week, wrote_result
 
-from avsim.artifacts import RunLayout
 from avsim.attempt import PhaseAttempt
-from avsim.dagbuild import tasks
-from avsim.dagbuild.factory import load_plan
-from avsim.ledger.store import Ledger
-from avsim.manifest.sample import sample_manifest
 from avsim.operators import exceptions as exc
-from avsim.operators.lifecycle import HANDOVER_XCOM, PhaseLifecycle
+from avsim.operators.lifecycle import HANDOVER_XCOM
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, AttemptResult, Outcome
-from avsim.phases.policy import Role, task_retries
-from avsim.settings import AvsimSettings
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class TaskInstance:
-    """What the lifecycle reads from Airflow's task instance, and an XCom table."""
-
-    task_id: str
-    try_number: int = 1
-    max_tries: int = 0
-    map_index: int = 0
-    xcoms: dict[tuple[str, str, int], Any] = field(default_factory=dict)
-    dag_id: str = "avsim_weekly_shard"
-    run_id: str = "w1__shard_0001"
-    #: (task id, map index) -> state of the run's other task instances, as the execution API has them.
-    states: dict[tuple[str, int], str] = field(default_factory=dict)
-
-    def get_task_states(
-        self, dag_id: str, map_index: int | None, task_ids: list[str], run_ids: list[str]
-    ) -> dict[str, Any]:
-        """Airflow 3.3.2's answer: by run id, then task id (``_<map index>`` for a mapped one)."""
-        found = {
-            f"{t}_{m}" if m >= 0 else t: s
-            for (t, m), s in self.states.items()
-            if t in task_ids and (map_index is None or m == map_index)
-        }
-        return {run_ids[0]: found} if found else {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcoms[(self.task_id, key, self.map_index)] = value
-
-    def xcom_pull(self, task_ids: str, key: str = "return_value", map_indexes: int | None = None) -> Any:
-        return self.xcoms.get((task_ids, key, self.map_index if map_indexes is None else map_indexes))
-
-
-class Phase(PhaseLifecycle):
-    """A phase task of ``role``: the lifecycle with the attributes its operators set."""
-
-    def __init__(self, run: dict[str, Any], case: dict[str, Any], phase: str, role: Role, gpus: int) -> None:
-        self.init_phase(
-            phase=phase,
-            case=case,
-            run=run,
-            upstream_phases=None,
-            inputs=None,
-            role=role,
-            gpus=gpus,
-            reuse_outputs=True,
-        )
-        self.task_id = f"standard.{phase}" + ("_on_demand" if role is Role.ON_DEMAND else "")
-        self.log = logging.getLogger("test.lifecycle")
-        self.retries = 0
-
-    def set_retries(self) -> None:
-        r = self.service.runtime_spec().get("retry") or {}
-        self.retries = task_retries(
-            self.role,
-            int(r.get("infrastructure", 2)),
-            int(r.get("preemption", 3)),
-            int(r.get("on_demand_after_preemptions", 2)),
-        )
-        self.__dict__.pop("service", None)  # built again with the task's retries
+from avsim.phases.policy import Role
 
 
 @pytest.fixture
-def week(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any], Ledger]:
+def week(tmp_path: Path) -> Week:
     return prepared_week(tmp_path)
-
-
-def prepared_week(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any], Ledger]:
-    """A prepared 4-case week on a file:// ledger: (run descriptor, its first case, its ledger)."""
-    settings = AvsimSettings(shard_size=4, artifact_root=f"file://{tmp_path / 'artifacts'}")
-    plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml", settings)
-    doc = sample_manifest(4)
-    for case in doc["cases"]:
-        case.pop("phases", None)
-    path = tmp_path / "week.json"
-    path.write_text(json.dumps(doc))
-    prepared = tasks.prepare_week(
-        source=str(path), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="w1"
-    )
-    shard = prepared["shards"][0]
-    loaded = tasks.load_shard(shard["conf"], plan)
-    family = next(k for k, v in loaded.items() if k.startswith("cases_") and v)
-    layout = RunLayout(settings.resolved_artifact_root, prepared["run"]["run_key"])
-    return prepared["run"], loaded[family][0], Ledger(layout)
-
-
-def _task(week: tuple[dict[str, Any], dict[str, Any], Ledger], phase: str, role: Role, gpus: int) -> Phase:
-    run, case, _ = week
-    task = Phase(run, case, phase, role, gpus)
-    task.set_retries()
-    return task
 
 
 def _try(task: Phase, ti: TaskInstance, result: AttemptResult) -> Any:
@@ -136,19 +40,12 @@ def _try(task: Phase, ti: TaskInstance, result: AttemptResult) -> Any:
     return task.end_attempt(ctx, attempt, result, dt.datetime.now(dt.UTC))
 
 
-def wrote_result(attempt: PhaseAttempt) -> None:
-    """The ``result.json`` the phase contract asks every phase that reports a result to write."""
-    out = Path(attempt.output_uri.removeprefix("file://"))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "result.json").write_text(json.dumps({"outcome": "passed", "metrics": {}}))
-
-
 def _spec(task: Phase) -> dict[str, Any]:
     return dict(task.service.runtime_spec().get("retry") or {})
 
 
 def test_a_passed_attempt_is_committed_and_a_later_try_reuses_it(week: Any) -> None:
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     ti = TaskInstance(task.task_id)
     out = _try(task, ti, AttemptResult(Outcome.PASSED, 0))
     assert (out["outcome"], out["attempt"]) == ("passed", 1)
@@ -159,7 +56,7 @@ def test_a_passed_attempt_is_committed_and_a_later_try_reuses_it(week: Any) -> N
 
 
 def test_infrastructure_failures_back_off_then_use_up_the_budget(week: Any) -> None:
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     rules = _spec(task)
     budget, delay, backoff = (
         rules.get("infrastructure", 2),
@@ -189,7 +86,7 @@ def test_infrastructure_failures_back_off_then_use_up_the_budget(week: Any) -> N
 
 
 def test_a_vanished_cpu_pod_is_an_infrastructure_failure_not_a_preemption(week: Any) -> None:
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     with pytest.raises(exc.PodLost) as raised:
         _try(
             task,
@@ -200,7 +97,9 @@ def test_a_vanished_cpu_pod_is_an_infrastructure_failure_not_a_preemption(week: 
 
 
 def test_spot_preemptions_hand_over_to_the_on_demand_twin_exactly_at_n(week: Any) -> None:
-    spot = _task(week, "prepare", Role.SPOT, 1)  # any phase runs the same rules; this one needs no inputs
+    spot = phase_task(
+        week, "prepare", Role.SPOT, 1
+    )  # any phase runs the same rules; this one needs no inputs
     assert spot.node_class == NODE_SPOT
     rules = _spec(spot)
     n, total = rules.get("on_demand_after_preemptions", 2), rules.get("preemption", 3)
@@ -234,7 +133,7 @@ def test_spot_preemptions_hand_over_to_the_on_demand_twin_exactly_at_n(week: Any
 
 
 def test_lost_workers_attempts_are_recorded_and_count_against_the_budget(week: Any) -> None:
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     budget = _spec(task).get("infrastructure", 2)
     ti = TaskInstance(task.task_id)
     ti.max_tries = task.retries
@@ -258,20 +157,20 @@ def test_lost_workers_attempts_are_recorded_and_count_against_the_budget(week: A
 def test_bad_input_and_a_bad_build_fail_at_once(
     week: Any, result: AttemptResult, raised: type[Exception]
 ) -> None:
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     with pytest.raises(raised):
         _try(task, TaskInstance(task.task_id), result)
     assert week[2].outcome(week[1]["case_id"], "prepare").outcome is result.outcome
 
 
 def test_a_failed_scenario_is_a_result(week: Any) -> None:
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     out = _try(task, TaskInstance(task.task_id), AttemptResult(Outcome.SCENARIO_FAILED, 3, "collision"))
     assert out["outcome"] == "scenario_failed" and out["output_uri"]
 
 
 def test_an_open_breaker_stops_the_launch(week: Any) -> None:
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     assert task.node_class == NODE_CPU
     task.service.breaker.trip("the canary gate failed")
     with pytest.raises(exc.BreakerOpen, match="circuit breaker open"):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.unit.test_phase_lifecycle import Phase, TaskInstance, _task, prepared_week
+from tests.support.lifecycle import Phase, TaskInstance, phase_task, prepared_week
 
 from avsim.artifacts import RUN_LEVEL_CASE
 from avsim.attempt import PhaseAttempt
@@ -72,7 +72,7 @@ def test_a_cleared_run_level_phase_runs_again_and_its_new_result_replaces_the_ol
 
 
 def test_a_case_phase_keeps_its_first_result_through_a_clear(week: Any) -> None:
-    task = _task(week, "prepare", Role.REGULAR, 0)
+    task = phase_task(week, "prepare", Role.REGULAR, 0)
     ti = TaskInstance(task.task_id, max_tries=task.retries)
     out = _run(task, ti, AttemptResult(Outcome.PASSED, 0))
     cleared = TaskInstance(task.task_id, try_number=4, max_tries=3 + task.retries)
@@ -85,7 +85,7 @@ def test_a_stopped_weeks_run_level_phase_runs_despite_the_open_breaker(week: Any
     task.service.breaker.trip("canary gate: canary gate FAILED")
     out = _run(task, _ti(task, 1, 1), AttemptResult(Outcome.PASSED, 0))
     assert out["outcome"] == "passed"
-    case_phase = _task(week, "prepare", Role.REGULAR, 0)  # the build's cases stay stopped
+    case_phase = phase_task(week, "prepare", Role.REGULAR, 0)  # the build's cases stay stopped
     with pytest.raises(exc.BreakerOpen):
         case_phase.begin_attempt({"ti": TaskInstance(case_phase.task_id)})
 
@@ -110,7 +110,7 @@ def _preempt_until_hand_over(spot: Phase, ti: TaskInstance) -> None:
 
 
 def test_a_hand_over_to_an_undecided_twin_calls_nothing_else(week: Any) -> None:
-    spot = _task(week, "prepare", Role.SPOT, 1)
+    spot = phase_task(week, "prepare", Role.SPOT, 1)
     ti = TaskInstance(spot.task_id)  # the twin has no state yet: the first round
     with pytest.raises(exc.PhaseFallbackToOnDemand):
         _preempt_until_hand_over(spot, ti)
@@ -122,7 +122,7 @@ def test_a_hand_over_to_a_twin_an_earlier_round_skipped_clears_it_first(week: An
     spot task now clears the twin before it hands over: here with no API connection configured, so the
     clear cannot be made, and the task fails naming the twin instead of handing over into nothing."""
     monkeypatch.setenv("AIRFLOW__AVSIM__AIRFLOW_API_CONN_ID", "avsim_missing_conn")
-    spot = _task(week, "prepare", Role.SPOT, 1)
+    spot = phase_task(week, "prepare", Role.SPOT, 1)
     ti = TaskInstance(spot.task_id, states={(f"{spot.task_id}_on_demand", 0): "skipped"})
     with pytest.raises(
         exc.RepairFailed,

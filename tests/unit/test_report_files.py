@@ -7,107 +7,17 @@ import io
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
 import pytest
+from tests.support.report_week import HEAD, SUMMARY, build, day, read, week_layout, write
 from typer.testing import CliRunner
 
 from avsim.artifacts import RunLayout, week_index_uri
 from avsim.contracts.week import ShardSummary
-from avsim.report.build import build_report, write_report
+from avsim.report.build import write_report
 from avsim.report.cases import from_csv, to_csv
 from avsim.report.compare import compare_cases, previous_iso_week
 
-HEAD: dict[str, Any] = {
-    "run": {
-        "name": "weekly_regression",
-        "iso_week": "2026-W50",
-        "deadline": "2026-12-13T18:00:00+00:00",
-        "build": {"build_id": "sim-50", "image": "reg/sim@sha256:" + "b" * 64},
-    },
-    "graphs": {
-        "standard": {
-            "phases": {
-                "prepare": {"resources": {"class": "cpu", "gpus": 0}},
-                "simulate": {"resources": {"class": "gpu", "gpus": 2}},
-            }
-        }
-    },
-    "run_phases": {"weekly_summary": {}},
-    "case_count": 4,
-}
-
-
-def entry(
-    outcome: str, seconds: float | None, start: str | None, end: str | None, **kw: Any
-) -> dict[str, Any]:
-    return {
-        "outcome": outcome,
-        "attempt": kw.get("attempt", 1),
-        "attempts": kw.get("attempts", 1),
-        "output_uri": "",
-        "reason": kw.get("reason", ""),
-        "duration_seconds": seconds,
-        "started_at": start,
-        "ended_at": end,
-    }
-
-
-def day(h: int, m: int = 0) -> str:
-    return f"2026-12-08T{h:02d}:{m:02d}:00+00:00"
-
-
-SUMMARY = {
-    "shard": 0,
-    "cases": [
-        {
-            "case_id": "c-1",
-            "graph": "standard",
-            "outcome": "passed",
-            "phases": {
-                "prepare": entry("passed", 60, day(6), day(6, 1)),
-                "simulate": entry("passed", 1800, day(6, 1), day(6, 31), attempts=2),
-            },
-        },
-        {
-            "case_id": "c-2",
-            "graph": "standard",
-            "outcome": "scenario_failed",
-            "phases": {
-                "prepare": entry("passed", 60, day(6), day(6, 1)),
-                "simulate": entry("scenario_failed", 900, day(6, 1), day(6, 16), reason="collision"),
-            },
-        },
-        {
-            "case_id": "c-3",
-            "graph": "standard",
-            "outcome": "infra_failed",
-            "phases": {
-                "prepare": entry("passed", 30, day(7), day(7, 0)),
-                "simulate": entry("infra_failed", 10, day(8), day(8, 0), attempts=4, reason="OOMKilled"),
-            },
-        },
-        {
-            "case_id": "c-4-renamed",
-            "graph": "standard",
-            "outcome": "passed",
-            "phases": {
-                "prepare": entry("passed", 60, day(9), day(9, 1)),
-                "simulate": entry("passed", 600, day(9, 1), day(9, 11)),
-            },
-        },
-    ],
-}
-SHARD_CASES = {
-    "shard": 0,
-    "by_family": {
-        "standard": [
-            {"case_id": f"c-{i}", "scenario_uri": f"s3://scn/{i}.json", "scenario_version": "v3"}
-            for i in (1, 2, 3)
-        ]
-        + [{"case_id": "c-4-renamed", "scenario_uri": "s3://scn/4.json", "scenario_version": "v3"}]
-    },
-}
 #: Last week: c-1 failed (now passes), c-2 passed (now fails), case 4 under its old id, c-9 dropped.
 PREVIOUS_CSV = [
     {"case_id": "c-1", "scenario_uri": "s3://scn/1.json", "outcome": "infra_failed"},
@@ -118,17 +28,9 @@ PREVIOUS_CSV = [
 ]
 
 
-def write(uri: str, text: str) -> None:
-    p = Path(uri.removeprefix("file://"))
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-
-
 @pytest.fixture
 def layout(tmp_path: Path) -> RunLayout:
-    layout = RunLayout(f"file://{tmp_path}/art", "avsim_weekly__w50")
-    write(layout.shard_cases(0), json.dumps(SHARD_CASES))
-    return layout
+    return week_layout(tmp_path)
 
 
 def with_previous_week(layout: RunLayout) -> None:
@@ -140,21 +42,6 @@ def with_previous_week(layout: RunLayout) -> None:
     w.writeheader()
     w.writerows(PREVIOUS_CSV)
     write(f"{prev.report_dir}/cases.csv", out.getvalue())
-
-
-def build() -> dict[str, Any]:
-    return build_report(
-        HEAD,
-        [ShardSummary.model_validate(SUMMARY)],
-        {},
-        run_id="w50",
-        generated_at="2026-12-09",
-        manifest_sha256="5" * 64,
-    )
-
-
-def read(uri: str) -> str:
-    return Path(uri.removeprefix("file://")).read_text()
 
 
 def test_cases_csv_has_one_row_per_case_with_scenario_failing_phase_and_durations(layout: RunLayout) -> None:
