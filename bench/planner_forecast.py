@@ -387,17 +387,19 @@ def real_spans(week: dict[str, Any]) -> tuple[float, float]:
 def week_admission(doc: dict[str, Any], args: argparse.Namespace) -> tuple[int, int]:
     """The target of cases in flight and the shard size S ``prepare`` derives for this week on the
     bench's pools (avsim.dagbuild.tasks.week_admission): Little's law over the manifest's unscaled
-    estimates, no overhead (it is scale-free), and S from the cases outside the canary."""
+    estimates, no overhead (it is scale-free), at least the cases the scheduler carries comfortably at
+    the shipped ``[avsim] scheduler_ms_per_task_instance``, and S from the cases outside the canary."""
     from avsim.manifest.validation import validate_manifest
-    from avsim.plan.admission import Pools, target_cases_in_flight
+    from avsim.plan.admission import Pools, comfortable_cases, target_cases_in_flight
     from avsim.plan.admit import admission_shard_size
     from avsim.plan.canary import canary_size
     from avsim.planner import workload_from_manifest
+    from avsim.settings import AvsimSettings
 
     manifest = validate_manifest(doc)
-    target = target_cases_in_flight(
-        workload_from_manifest(manifest).case_load(), Pools(spot_gpus=args.gpus, cpus=args.cpus)
-    )
+    load = workload_from_manifest(manifest).case_load()
+    floor = comfortable_cases(load, AvsimSettings().scheduler_ms_per_task_instance)
+    target = target_cases_in_flight(load, Pools(spot_gpus=args.gpus, cpus=args.cpus), floor=floor)
     canary = manifest.run.canary
     cases = len(manifest.cases)
     outside = cases - (canary_size(cases, canary.share, canary.min_cases) if canary.enabled else 0)
