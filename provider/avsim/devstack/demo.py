@@ -114,6 +114,28 @@ class RunWatcher:
         return Progress(parent, cases_done, phases_done, failed, shards_done, sum(n for _, n in shards))
 
 
+def demo_env(shard_size: int, max_active_shards: int) -> dict[str, str]:
+    """The ``[avsim]`` settings of the demo's stack."""
+    return {
+        "AIRFLOW__AVSIM__SHARD_SIZE": str(shard_size),
+        "AIRFLOW__AVSIM__MAX_ACTIVE_SHARDS": str(max_active_shards),
+        "AIRFLOW__AVSIM__SHARD_POLL_SECONDS": "2",
+    }
+
+
+def demo_stack(
+    home: Path, shard_size: int, max_active_shards: int, extra_env: dict[str, str] | None = None
+) -> LocalStack:
+    """The demo's stack on ``home`` (SQLite, LocalExecutor, parallelism 16); ``extra_env`` adds settings."""
+    return LocalStack(
+        home=home,
+        dags_folder=checkout_folder("dags"),
+        plugins_folder=checkout_folder("plugins"),
+        parallelism=16,
+        extra_env={**demo_env(shard_size, max_active_shards), **(extra_env or {})},
+    )
+
+
 def run_demo(
     *,
     cases: int,
@@ -132,17 +154,7 @@ def run_demo(
 
     console = Console()
     home = home.resolve()
-    stack = LocalStack(
-        home=home,
-        dags_folder=checkout_folder("dags"),
-        plugins_folder=checkout_folder("plugins"),
-        parallelism=16,
-        extra_env={
-            "AIRFLOW__AVSIM__SHARD_SIZE": str(shard_size),
-            "AIRFLOW__AVSIM__MAX_ACTIVE_SHARDS": str(max_active_shards),
-            "AIRFLOW__AVSIM__SHARD_POLL_SECONDS": "2",
-        },
-    )
+    stack = demo_stack(home, shard_size, max_active_shards)
     with stops_like_ctrl_c():
         try:
             claim_home(stack, console.print)
