@@ -6,7 +6,8 @@ Every weekly phase outranks every ad-hoc one, so between the weekly run's first 
 the ad-hoc run should get a GPU only when the week has no GPU phase waiting. Admitting the week by
 Little's law alone (a handful of cases on two GPUs) left no weekly GPU phase queued in front of the
 pool, and the ad-hoc run took about a third of the starts; a week the scheduler carries comfortably
-is not throttled, so the weights decide. Nothing is mocked: the phases are the fake simulator's.
+is not throttled, so the weights decide. ``avsim plan``'s forecast of the week, with this machine's
+calibration, must be within 0.8 to 1.25 of it. Nothing is mocked: the phases are the fake simulator's.
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ from avsim.manifest.sample import sample_manifest
 pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 GPUS = 2
+CPUS = 8
 #: The weekly run's share of the GPU starts between its first and last, at least (issue's goal).
 SHARE = 0.95
+#: The weekly run's span / ``avsim plan``'s forecast of it (issue's goal).
+FORECAST_BAND = (0.8, 1.25)
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +42,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
         max_active_shards=6,
         cases_in_flight=0,
         gpus=GPUS,
+        cpus=CPUS,
     ) as s:
         s.airflow("dags", "unpause", "avsim_adhoc")
         s.airflow("dags", "unpause", "avsim_adhoc_shard")
@@ -95,30 +100,38 @@ def test_the_weekly_run_gets_the_gpus_ahead_of_an_adhoc_run_that_started_first(s
     print(
         f"weekly GPU starts {window.count('weekly')} of {len(window)} in {(last - first).total_seconds():.0f} s"
     )
-    print(f"real / forecast: {_real_vs_forecast(stack, weekly):.2f}")
+    forecast, to_run_level, whole = _real_vs_forecast(stack, weekly)
+    print(
+        f"real / forecast: {to_run_level:.2f} (forecast {forecast:.1f} s; to the last run-level phase; "
+        f"whole run {whole:.2f})"
+    )
     assert share >= SHARE, f"the weekly run got {share:.0%} of the GPU starts between its first and last"
+    assert FORECAST_BAND[0] <= to_run_level <= FORECAST_BAND[1], (
+        f"the weekly run took {to_run_level:.2f} x avsim plan's forecast of it"
+    )
 
 
-def _real_vs_forecast(stack: LocalStack, manifest: Any) -> float:
-    """The weekly run's duration over ``avsim plan``'s forecast of it on two GPUs, with this machine's
-    orchestrator cost per phase (docs/performance.md: 3.26 s, 2.15 s of it in the slot; a shard run
-    starts in 24 s, the run-level phases 5.4 s after the last shard)."""
-    from avsim.planner import Capacity, SimOptions
+def _real_vs_forecast(stack: LocalStack, manifest: Any) -> tuple[float, float, float]:
+    """``avsim plan``'s forecast of the weekly run on two GPUs with this machine's calibration
+    (:data:`avsim.planner.calibration.LOCAL_STACK`), and the run's span over it: from its start to its
+    last run-level phase's end (the span the forecast stands for), and to the run's end (report included)."""
+    from avsim.planner import Capacity
+    from avsim.planner.calibration import local_stack_options
     from avsim.planner.command import run_plan
 
-    options = SimOptions(
-        phase_overhead_seconds=3.26,
-        phase_overhead_in_slot_seconds=2.15,
-        shard_start_seconds=24,
-        run_phases_start_seconds=5.4,
-        parallelism=16,
-    )
     plan = run_plan(
-        str(manifest), Capacity(gpus=GPUS, cpus=8), options, search=False, time_scale=0.002, cases_in_flight=0
+        str(manifest),
+        Capacity(gpus=GPUS, cpus=CPUS),
+        local_stack_options(),
+        search=False,
+        time_scale=0.002,
+        cases_in_flight=0,
     ).plan
     forecast = plan.outcomes["critical_path"].result.makespan_seconds
-    [(start, end)] = query(
+    [(start, end, run_level)] = query(
         stack,
-        "SELECT start_date, end_date FROM dag_run WHERE dag_id = 'avsim_weekly' AND run_id = 'it__weekly'",
+        "SELECT dr.start_date, dr.end_date, (SELECT max(ti.end_date) FROM task_instance ti WHERE "
+        "ti.dag_id = dr.dag_id AND ti.run_id = dr.run_id AND ti.task_id LIKE 'run\\_phases.%') "
+        "FROM dag_run dr WHERE dr.dag_id = 'avsim_weekly' AND dr.run_id = 'it__weekly'",
     )
-    return float((end - start).total_seconds() / forecast)
+    return forecast, (run_level - start).total_seconds() / forecast, (end - start).total_seconds() / forecast
