@@ -6,7 +6,8 @@ their files the same way.
 
 **Run ids.** A weekly (or ad-hoc) run of DAG ``D`` with run id ``R`` starts its shard runs in DAG
 ``D_shard`` (:func:`shard_dag_id`) as ``R__shard_<k>`` (:func:`shard_run_id`, k from 1) and its
-canary as ``R__canary`` (:func:`canary_run_id`); :func:`parent_run` goes back from a shard run to its
+canary as ``R__canary`` (:func:`canary_run_id`), its triage reruns as ``R__triage_<label>``
+(:func:`triage_run_id`); :func:`parent_run` goes back from a shard run to its
 run. The run's artifacts are under its *run key*, ``D__R`` made safe as an object key
 (:func:`run_key_for`), which its shard runs share.
 
@@ -46,6 +47,9 @@ SHARD_DAG_SUFFIX = "_shard"
 SHARD_RUN_MARKER = "__shard_"
 #: The canary's shard run of run ``R`` is ``R`` + this (the priority strategy ranks it first).
 CANARY_RUN_SUFFIX = "__canary"
+#: A triage shard run of run ``R`` is ``R`` + this + ``<round>_<build side>_<n>``; its artifacts are under
+#: the week's run key + the same (:func:`triage_run_key`): reruns never write into the week's scope.
+TRIAGE_RUN_MARKER = "__triage_"
 
 
 def safe_key(value: str) -> str:
@@ -75,6 +79,20 @@ def canary_run_id(parent_run_id: str) -> str:
     return f"{parent_run_id}{CANARY_RUN_SUFFIX}"
 
 
+def triage_run_id(parent_run_id: str, label: str) -> str:
+    """A triage shard run of the week (``label``: round, build side and rerun number)."""
+    return f"{parent_run_id}{TRIAGE_RUN_MARKER}{label}"
+
+
+def triage_run_key(week_run_key: str, label: str) -> str:
+    """Where a triage shard run's reruns write: a run key of their own beside the week's."""
+    return safe_key(f"{week_run_key}{TRIAGE_RUN_MARKER}{label}")
+
+
+def is_triage_run(run_id: str | None) -> bool:
+    return bool(run_id) and TRIAGE_RUN_MARKER in str(run_id)
+
+
 def week_run_ids(parent_run_id: str, shard_count: int, *, canary: bool) -> list[str]:
     """Every shard run of a week, in the order they start: the canary's (when it has one), then
     shards 1..``shard_count``."""
@@ -89,7 +107,7 @@ def is_canary_run(run_id: str | None) -> bool:
 def parent_run(dag_id: str, run_id: str) -> tuple[str, str]:
     """The (DAG id, run id) of the run a shard run belongs to; any other run is its own."""
     if dag_id.endswith(SHARD_DAG_SUFFIX):
-        for marker in (SHARD_RUN_MARKER, CANARY_RUN_SUFFIX):
+        for marker in (SHARD_RUN_MARKER, CANARY_RUN_SUFFIX, TRIAGE_RUN_MARKER):
             if marker in run_id:
                 return dag_id.removesuffix(SHARD_DAG_SUFFIX), run_id[: run_id.rindex(marker)]
     return dag_id, run_id

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.task.priority_strategy import PriorityWeightStrategy
 
-from avsim.artifacts import is_canary_run, parent_run
+from avsim.artifacts import is_canary_run, is_triage_run, parent_run
 from avsim.manifest.models import DEFAULT_BASE_PRIORITY, RunClass
 from avsim.plan.build import MAX_PATH_WEIGHT, WEIGHT_PER_MINUTE, phase_weight
 
@@ -65,6 +65,7 @@ __all__ = [
     "EARLIER_WEEK_MAX_PATH",
     "MAX_PATH_WEIGHT",
     "STRATEGIES",
+    "TRIAGE_BASE",
     "WEEKLY_BASE",
     "WEIGHT_PER_MINUTE",
     "AdhocCriticalPathPriority",
@@ -90,6 +91,9 @@ ADHOC_BASE: int = DEFAULT_BASE_PRIORITY[RunClass.ADHOC]
 #: Base of a canary shard run's phases: above every weekly phase (the canary gates the week).
 CANARY_BASE: int = 2 * WEEKLY_BASE
 
+#: Base of a week's triage reruns (:mod:`avsim.triage`): below every phase of the current and earlier
+#: weeks, level with ad-hoc work; an earlier week's base never lifts them.
+TRIAGE_BASE: int = ADHOC_BASE
 #: Base of an earlier week's phases once a later week has started: above every ad-hoc phase...
 EARLIER_WEEK_BASE: int = ADHOC_BASE + MAX_PATH_WEIGHT + 1
 #: ...and, with its path part capped here (in minutes: 66 hours of a case still to go), below every
@@ -128,9 +132,12 @@ def path_weight(remaining_seconds: float) -> int:
 
 
 def run_base(run_class: RunClass | str, run_id: str | None = None) -> int:
-    """The base weight of a run: :data:`CANARY_BASE` for a canary shard run, else its class's."""
+    """The base weight of a run: :data:`CANARY_BASE` for a canary shard run, :data:`TRIAGE_BASE` for a
+    triage shard run, else its class's."""
     if is_canary_run(run_id):
         return CANARY_BASE
+    if is_triage_run(run_id):
+        return TRIAGE_BASE
     return _BASES[RunClass(run_class)]
 
 
@@ -201,7 +208,7 @@ class _CriticalPathPriority(PriorityWeightStrategy):
         task = ti.task
         path = task.priority_weight if task is not None else 1
         base = run_base(self.run_class, ti.run_id)
-        if self.run_class is RunClass.WEEKLY:
+        if self.run_class is RunClass.WEEKLY and not is_triage_run(ti.run_id):
             base, max_path = week_base(base, _earlier_week(ti.dag_id, ti.run_id))
             return critical_path_priority(base, path, max_path)
         return critical_path_priority(base, path)

@@ -29,7 +29,7 @@ from typing import Any
 
 from kubernetes.client import models as k8s
 
-from avsim.artifacts import is_canary_run
+from avsim.artifacts import is_canary_run, is_triage_run
 from avsim.attempt import PhaseAttempt, PhaseRuntime
 from avsim.kube import pods
 from avsim.phases import contract
@@ -42,10 +42,15 @@ SHM_MOUNT = "/dev/shm"
 DEFAULT_GRACE_SECONDS = 30
 #: The key of ``[avsim] kubernetes_priority_classes`` for a canary shard run.
 CANARY_PRIORITY = "canary"
+#: ... and for a triage shard run: the ad-hoc class (triage ranks below every week).
+TRIAGE_PRIORITY = "adhoc"
 
 
 def priority_key(run_class: str, run_id: str) -> str:
-    """Which PriorityClass a run's pods get: the canary's for the canary's shard run, else the run class's."""
+    """Which PriorityClass a run's pods get: the canary's for the canary's shard run, the ad-hoc class for
+    a triage shard run (it ranks below the weeks), else the run class's."""
+    if is_triage_run(run_id):
+        return TRIAGE_PRIORITY
     return CANARY_PRIORITY if is_canary_run(run_id) else run_class
 
 
