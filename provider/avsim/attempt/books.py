@@ -185,7 +185,13 @@ class AttemptBooks:
             self.meter.gpu_seconds(self.phase, rec.duration_seconds * gpus, node_class)
         if rec.outcome is Outcome.PREEMPTED:
             self.meter.preemption(self.phase, node_class)
-        first = rec.attempt == 1 and rec.outcome is not Outcome.PREEMPTED and not self.args.is_run_level
+        # A triage rerun is no evidence about any build: the week's own attempts were.
+        first = (
+            rec.attempt == 1
+            and rec.outcome is not Outcome.PREEMPTED
+            and not self.args.is_run_level
+            and not self.descriptor.triage_of
+        )
         evidence = contract.is_build_evidence(rec.outcome, rec.detail)
         if first and self.breaker.record(evidence, self.where(rec.attempt)):
             self.meter.breaker_trip(self.descriptor.build_id, self.breaker.digest)

@@ -131,7 +131,7 @@ class AttemptService(AttemptBooks):
             node_class=self.args.node_class,
             gpus=runtime.gpus,
         )
-        if attempt.cache_key and self.args.reuse_outputs:
+        if attempt.cache_key and self.args.reuse_outputs and self.phase not in self.args.case.fresh_phases:
             hit = self.cache.lookup(attempt.cache_key)
             if hit is not None:
                 return self._commit_reused(template, attempt.cache_key, hit)
@@ -299,7 +299,7 @@ class AttemptService(AttemptBooks):
         out = self._outcome_record(rec, result, output=True, cache_key=cache_key, result_doc=result_doc)
         self.ledger.commit(out, fenced=True)
         final = self.ledger.outcome(rec.case_id, self.phase) or out
-        if final.cache_key and final.attempt == rec.attempt:
+        if final.cache_key and final.attempt == rec.attempt and not self.descriptor.triage_of:
             self.cache.store(final.cache_key, final)
         return Done(result_of(final))
 

@@ -100,6 +100,9 @@ class RunDescriptor(_Contract):
     shard_size: int = Field(default=0, ge=0)
     #: Admission by cases in flight; None: the window of whole shard runs (``[avsim] admission``).
     admission: AdmissionPlan | None = None
+    #: The run key of the week whose newly failing cases this triage shard run reruns (:mod:`avsim.triage`):
+    #: its results are stored in no cache and its failures are no evidence for any build's breaker.
+    triage_of: str | None = None
 
     @property
     def layout(self) -> RunLayout:

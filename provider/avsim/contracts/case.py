@@ -43,9 +43,14 @@ class CaseEntry(_Contract):
     tags: tuple[str, ...] = ()
     #: The case's own phase specs (as the snapshot holds a graph's), when it defines them.
     phases: dict[str, dict[str, Any]] | None = None
+    #: Phases that launch whatever the cache holds (a triage rerun's failing phase and its downstream).
+    fresh_phases: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_none=True)
+        data = self.model_dump(mode="json", exclude_none=True)
+        if not self.fresh_phases:
+            data.pop("fresh_phases", None)  # a week's case entry stays as it was
+        return data
 
     def phase_spec(self, head: Mapping[str, Any], phase: str) -> dict[str, Any]:
         """The spec of ``phase`` for this case: its own phases if it defines them, else its graph's in the
