@@ -270,7 +270,7 @@ def test_a_repair_of_last_week_ranks_below_this_week_in_the_strategy(metadata_db
     """The weights Airflow gives the task instances of a shard-shaped DAG, with the weekly DAG's runs in
     the metadata database: last week's phases (its canary too) rank below this week's, by the base."""
     from avsim import priority
-    from avsim.priority import EARLIER_WEEK_BASE
+    from avsim.priority import EARLIER_WEEK_BASE, TRIAGE_BASE
 
     dag = serialized(build_dag("prio_weekly_shard", WeeklyCriticalPathPriority()))
     _add_week(metadata_db, "prio_weekly", "week_49", 7)
@@ -289,3 +289,7 @@ def test_a_repair_of_last_week_ranks_below_this_week_in_the_strategy(metadata_db
         assert rerun[key] == last[key]
     # A run the database does not know (a DAG test) is the current week.
     assert weights(dag, "unknown__shard_0001") == this
+    # Triage's reruns of this week rank below last week's repair, whatever their paths.
+    triage = weights(dag, "week_50__triage_1_this_1")
+    assert max(triage.values()) < min(last.values())
+    assert all(w - TRIAGE_BASE == this[k] - WEEKLY_BASE for k, w in triage.items())
