@@ -22,6 +22,7 @@ avsim.breaker.trip          counter  build_id, digest (tags only)
 avsim.canary.decision       counter  result (passed|failed); build_id (tag only)
 avsim.deadline.seconds_late gauge    (none): finish estimate minus deadline, negative = early
 avsim.capacity.gpus_needed  gauge    (none): GPUs the deadline needs
+avsim.triage.verdict        counter  verdict (regression|flaky|environment|not_triaged)
 ==========================  =======  ==========================================================
 
 No function here ever raises: a metric must never fail the task, trigger or request that emits it.
@@ -49,6 +50,7 @@ BREAKER_TRIP = "avsim.breaker.trip"
 CANARY_DECISION = "avsim.canary.decision"
 SECONDS_LATE = "avsim.deadline.seconds_late"
 GPUS_NEEDED = "avsim.capacity.gpus_needed"
+TRIAGE_VERDICT = "avsim.triage.verdict"
 
 _SEGMENT = re.compile(r"[^A-Za-z0-9_-]")
 _SEGMENT_TAG = re.compile(r"[^A-Za-z0-9_.-]")
@@ -146,3 +148,11 @@ def gpus_needed(n: int | float) -> None:
     value = _number(n)
     if value is not None:
         _emit("gauge", GPUS_NEEDED, (), math.ceil(value), {})
+
+
+def triage_verdicts(counts: Mapping[str, int]) -> None:
+    """A week's triage ended: how many newly failing cases got each verdict."""
+    for verdict, n in counts.items():
+        value = _number(n)
+        if value:
+            _emit("incr", TRIAGE_VERDICT, (verdict,), int(value), {"verdict": verdict})

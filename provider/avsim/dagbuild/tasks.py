@@ -353,3 +353,24 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
         raise ShardNeedsAttention(verdict.line())
     log.info("%s", verdict.line())
     return dict(summary.counts)
+
+
+def start_triage(
+    run: dict[str, Any], plan: WeeklyPlan, settings: AvsimSettings, shard_dag_id: str
+) -> list[str]:
+    """``triage_start``: decide the round (:func:`avsim.triage.start.start_round`) and start its shard
+    runs (one already there is left as it is); returns every triage run's id."""
+    from avsim.airflow_internals import start_dag_run_from_task
+    from avsim.triage.runs import shard_conf
+    from avsim.triage.start import start_round
+
+    week = RunDescriptor.model_validate(run)
+    _, runs = start_round(week, plan, settings.triage)
+    for r in runs:
+        created = start_dag_run_from_task(
+            shard_dag_id, r.run_id, conf=shard_conf(week, r), note=f"triage of {week.run_key}: {r.label}"
+        )
+        log.info(
+            "triage run %s %s (%s build)", r.run_id, "started" if created else "already there", r.build.value
+        )
+    return [r.run_id for r in runs]

@@ -29,6 +29,7 @@ def _write_report(run: dict[str, Any], run_phases: list[str]) -> tuple[dict[str,
     """The weekly report from the shard summaries and the run-level phases' outcomes."""
     from avsim.ledger.store import Ledger
     from avsim.report.build import build_report, write_report
+    from avsim.triage.html import triage_section
 
     d = RunDescriptor.model_validate(run)
     layout = d.layout
@@ -54,9 +55,19 @@ def _write_report(run: dict[str, Any], run_phases: list[str]) -> tuple[dict[str,
     )
     report["verdict"] = verdict.to_json()
     report["repairs"] = ledger.repairs()
-    uris = write_report(layout, report)
+    report["triage"] = _triage(layout)
+    uris = write_report(layout, report, triage_section(report["triage"]))
     log.info("weekly report: %s", uris)
     return uris, verdict
+
+
+def _triage(layout: Any) -> dict[str, Any] | None:
+    """The week's triage document as data (None before the ``triage`` task wrote it)."""
+    from avsim.triage.store import triage_uri
+
+    if not exists(triage_uri(layout)):
+        return None
+    return dict(read_json(triage_uri(layout)))
 
 
 def _why_not_started(run: dict[str, Any]) -> str:

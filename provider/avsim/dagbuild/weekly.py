@@ -132,7 +132,13 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         canary_xcom: Any = XComArg(shard_specs.operator, key="canary")
 
         # What a repaired shard has run again after it: every task whose inputs are all the shards.
-        week_end_tasks = ["close_week", *(f"run_phases.{rp.name}" for rp in plan.run_phases), "report"]
+        triage_tasks = ["triage_start", "triage"] if weekly else []
+        week_end_tasks = [
+            "close_week",
+            *triage_tasks,
+            *(f"run_phases.{rp.name}" for rp in plan.run_phases),
+            "report",
+        ]
         canary = ShardRunOperator(
             task_id="canary",
             case_ends=[],
@@ -262,4 +268,37 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         [shard_runs, canary, tracker, closed] >> report_task
         for op in created.values():
             op >> report_task
+        if weekly:
+            closed >> week_triage(plan, settings, run_xcom, shard_dag_id) >> report_task
     return dag
+
+
+def week_triage(plan: WeeklyPlan, settings: AvsimSettings, run_xcom: Any, shard_dag_id: str) -> Any:
+    """``triage_start`` >> ``triage``: the newly failing cases rerun on both builds, below every week
+    (docs/design.md, "Triage"); returns the last task."""
+    from avsim.operators.triage import TriageOperator
+
+    @task(
+        task_id="triage_start",
+        trigger_rule="all_done_min_one_success",
+        **control_retries(),
+        **control_priority(ControlTask.WEEK_END, plan.run_class),
+    )
+    def triage_start(run: dict[str, Any]) -> list[str]:
+        """Decides which newly failing cases rerun, within the budget and the deadline, and starts them."""
+        return tasks.start_triage(run, plan, settings, shard_dag_id)
+
+    started = triage_start(run_xcom)
+    wait = TriageOperator(
+        task_id="triage",
+        run=run_xcom,
+        shard_dag_id=shard_dag_id,
+        airflow_api_conn_id=settings.airflow_api_conn_id,
+        poll_interval=settings.shard_poll_seconds,
+        reruns=settings.triage.reruns,
+        trigger_rule="all_done_min_one_success",
+        **control_retries(),
+        **control_priority(ControlTask.WEEK_END, plan.run_class),
+    )
+    started >> wait
+    return wait

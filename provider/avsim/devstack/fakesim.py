@@ -184,7 +184,7 @@ class PhaseEnv:
                     rate = -1.0
                 if not 0.0 <= rate <= 1.0:
                     bad_input(f"{part!r}: the flake rate is a probability between 0 and 1")
-                return self.rng("flake", self.output_uri).random() < rate
+                return flake_draw(self.seed, self.case_id, self.phase, self.output_uri) < rate
         return False
 
     def fault_forced(self, fault: str) -> bool:
@@ -202,6 +202,14 @@ class PhaseEnv:
             if part.startswith(prefix) and part[len(prefix) :] and part[len(prefix) :] in self.output_uri:
                 return True
         return False
+
+
+def flake_draw(seed: int, case_id: str, phase: str, output_uri: str) -> float:
+    """``flake:P``'s draw for one attempt scope, in [0, 1): the scope is the output's place under the
+    artifact root (``runs/...``), so the same run ids give the same draws wherever the root is."""
+    scope = output_uri[output_uri.find("/runs/") + 1 :] if "/runs/" in output_uri else output_uri
+    key = f"{seed}\0{case_id}\0{phase}\0flake\0{scope}"
+    return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")).random()
 
 
 # -- storage (fsspec, no Airflow) --------------------------------------------------------------

@@ -218,3 +218,16 @@ class AirflowApiHook(BaseHook):
             body["task_ids"] = [list(t) if isinstance(t, tuple) else t for t in task_ids]
         doc = self._call("POST", f"/api/v2/dags/{quote(dag_id, safe='')}/clearTaskInstances", json=body)
         return list(doc.get("task_instances") or [])
+
+    # -- DAG runs -------------------------------------------------------------------------------
+    def stop_dag_run(self, dag_id: str, dag_run_id: str, note: str | None = None) -> str:
+        """Mark a DAG run failed (its running task instances end, the rest are skipped); returns its
+        state. A run that already ended keeps its state."""
+        path = f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(dag_run_id, safe='')}"
+        current = str(self._call("GET", path).get("state") or "")
+        if current in ("success", "failed"):
+            return current
+        doc = self._call("PATCH", path, params={"update_mask": "state"}, json={"state": "failed"})
+        if note:
+            self._call("PATCH", path, params={"update_mask": "note"}, json={"note": note[:1000]})
+        return str(doc.get("state") or "failed")

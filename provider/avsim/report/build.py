@@ -203,12 +203,35 @@ def timeline(rows: list[dict[str, Any]], points: int = TIMELINE_POINTS) -> list[
     return [[times[i].isoformat(), i + 1] for i in picked]
 
 
-def write_report(layout: RunLayout, report: dict[str, Any]) -> dict[str, str]:
+def with_scenarios(layout: RunLayout, cases: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The report's case rows with each case's scenario URI and version (from its shard's cases file)."""
+    from avsim.report.cases import scenarios_of
+
+    rows = [dict(r) for r in cases]
+    shards = sorted({int(r["shard"]) for r in rows if str(r.get("shard", "")).isdigit()})
+    scenario = scenarios_of(d for d in (_read_json(layout.shard_cases(k)) for k in shards) if d)
+    for r in rows:
+        r["scenario_uri"], r["scenario_version"] = scenario.get(r["case_id"], ("", ""))
+    return rows
+
+
+def week_case_rows(layout: RunLayout) -> list[dict[str, Any]]:
+    """The week's case rows as its report has them now (from the ledger's shard summaries)."""
+    from avsim.ledger.store import Ledger
+    from avsim.storage import read_json
+
+    head = read_json(layout.head_uri)
+    report = build_report(head, Ledger(layout).shard_summaries(), {}, run_id=layout.run_key, generated_at="")
+    return with_scenarios(layout, report["cases"])
+
+
+def write_report(layout: RunLayout, report: dict[str, Any], lead_html: str = "") -> dict[str, str]:
     """Complete ``report`` and write its files; ``report.json`` last (its presence means complete).
+    ``lead_html``: a section the HTML page opens with (the week's triage).
 
     Returns the URIs written: ``html``, ``json``, ``csv`` and one per plot (``progress``, ...).
     """
-    from avsim.report.cases import scenarios_of, to_csv
+    from avsim.report.cases import to_csv
     from avsim.report.compare import previous_week
     from avsim.report.html import render_html
     from avsim.report.plots import PLOTS, plots_available, render_plots
@@ -217,18 +240,14 @@ def write_report(layout: RunLayout, report: dict[str, Any]) -> dict[str, str]:
     from avsim.storage import path
 
     folder = layout.report_dir
-    rows = [dict(r) for r in report.get("cases") or []]
-    shards = sorted({int(r["shard"]) for r in rows if str(r.get("shard", "")).isdigit()})
-    scenario = scenarios_of(d for d in (_read_json(layout.shard_cases(k)) for k in shards) if d)
-    for r in rows:
-        r["scenario_uri"], r["scenario_version"] = scenario.get(r["case_id"], ("", ""))
+    rows = with_scenarios(layout, report.get("cases") or [])
     run: dict[str, Any] = report.get("run") or {}
     doc = {k: v for k, v in report.items() if k != "cases"}
-    doc["comparison"] = previous_week(layout.root, str(run.get("iso_week") or ""), rows, _read_text)
+    doc["comparison"] = previous_week(layout.root, str(run.get("iso_week") or ""), rows, read_text)
     rerun = report.get("rerun") or {}
     if rerun.get("of"):
         doc["rerun"] = rerun_section(
-            layout.root, str(rerun["of"]), report.get("build") or {}, rows, _read_text
+            layout.root, str(rerun["of"]), report.get("build") or {}, rows, read_text
         )
     progress = week_timeline(
         layout,
@@ -251,13 +270,13 @@ def write_report(layout: RunLayout, report: dict[str, Any]) -> dict[str, str]:
             uris[key] = f"{folder}/{name}"
             path(uris[key]).write_text(plots[name])
     uris["html"] = f"{folder}/report.html"
-    path(uris["html"]).write_text(render_html(doc))
+    path(uris["html"]).write_text(render_html(doc, lead_html))
     uris["json"] = f"{folder}/report.json"
     path(uris["json"]).write_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
     return uris
 
 
-def _read_text(uri: str) -> str | None:
+def read_text(uri: str) -> str | None:
     from avsim.storage import path
 
     try:
@@ -267,7 +286,7 @@ def _read_text(uri: str) -> str | None:
 
 
 def _read_json(uri: str) -> dict[str, Any] | None:
-    text = _read_text(uri)
+    text = read_text(uri)
     try:
         doc = json.loads(text) if text is not None else None
     except ValueError:

@@ -131,6 +131,7 @@ def previous_week(
         "run_id": entry.get("run_id"),
         "dag_id": entry.get("dag_id"),
         "build_id": entry.get("build_id"),
+        "image": entry.get("image"),
         "manifest_sha256": entry.get("manifest_sha256"),
     }
     csv_uri = f"{layout.report_dir}/cases.csv"

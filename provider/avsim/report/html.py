@@ -341,8 +341,9 @@ def _verdict(report: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def render_html(report: Mapping[str, Any]) -> str:
-    """The page for ``report`` (as built by :func:`avsim.report.build.build_report`)."""
+def render_html(report: Mapping[str, Any], lead: str = "") -> str:
+    """The page for ``report`` (as built by :func:`avsim.report.build.build_report`); ``lead``: HTML
+    of a section the page opens with (the week's triage, :mod:`avsim.triage.html`)."""
     run: Mapping[str, Any] = report.get("run") or {}
     build: Mapping[str, Any] = report.get("build") or {}
     totals: Mapping[str, Any] = report.get("totals") or {}
@@ -371,6 +372,7 @@ def render_html(report: Mapping[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
         f'<header><h1>{escape(title)}</h1><div class="meta">{meta_html}</div></header><main>',
+        lead,
         _verdict(report),
         _rerun(report),
         "<h2>Cases</h2>",

@@ -202,6 +202,41 @@ def with_plan(
     return ranked, costs
 
 
+def measured_costs(
+    plan: WeeklyPlan, rows: Sequence[Mapping[str, Any]], candidates: Iterable[Candidate], reruns: int
+) -> dict[str, RerunCost]:
+    """Each candidate's rerun cost from what this week measured: its own phases' durations, and for a
+    phase it never ran (downstream of its failure) the median of that phase over the week's cases.
+    The same scale as the week's GPU-seconds, whatever the plan's estimates say."""
+    import statistics
+
+    seen: dict[tuple[str, str], list[float]] = {}
+    mine: dict[str, Mapping[str, Any]] = {}
+    for r in rows:
+        mine[str(r["case_id"])] = r.get("durations") or {}
+        for phase, took in (r.get("durations") or {}).items():
+            if took is not None:
+                seen.setdefault((str(r.get("graph")), phase), []).append(float(took))
+    costs: dict[str, RerunCost] = {}
+    for c in candidates:
+        try:
+            family = plan.family(c.graph)
+            names = downstream_of(family, c.failing_phase)
+        except KeyError:
+            continue
+        own = mine.get(c.case_id, {})
+        gpu = wall = 0.0
+        for name in names:
+            took = own.get(name)
+            if took is None:
+                week = seen.get((c.graph, name))
+                took = statistics.median(week) if week else family.phase(name).estimated_seconds
+            gpu += float(took) * family.phase(name).gpus
+            wall += float(took)
+        costs[c.case_id] = RerunCost(gpu_seconds=gpu * reruns, wall_seconds=wall)
+    return costs
+
+
 class BudgetDecision(_Model):
     chosen: tuple[Candidate, ...]
     not_triaged: tuple[CaseTriage, ...]

@@ -122,6 +122,7 @@ def progress_page(dag_id: str, run_id: str, api_url: str) -> str:
 <h2>Progress over time</h2><div id="timeline"></div><p class="note" id="timeline-note"></p>
 <h2>GPU-hours and deadline</h2><div class="cards" id="budget"></div><p class="note" id="deadline-note"></p>
 <h2>Canary and breaker</h2><div id="guards"></div>
+<h2>Triage of newly failing cases</h2><div id="triage"></div>
 <h2>Run-level phases</h2><div id="run-phases"></div>
 <h2>Shards</h2><p id="shards"></p><p id="repairs" class="note"></p>
 <h2 id="failed-title">Failed cases</h2><div id="failed"></div>
@@ -204,6 +205,14 @@ function render(d) {
       (${num(br.failures)} failures in ${num(br.finished)}, threshold ${esc(br.threshold)}) ${esc(br.reason || "")}`
     : `<span data-breaker="none">no record</span> <span class="note">(${esc(br.message)})</span>`;
   $("guards").innerHTML = `<p>canary: ${canary}${cn.run ? " · " + link(cn.run.url, "canary run") : ""}</p><p>breaker of the build: ${breaker}</p>`;
+  const tr = d.triage || {};
+  $("triage").innerHTML = tr.available
+    ? `<p>${Object.entries(tr.counts || {}).map(([v, n]) =>
+        `${esc(v.replace(/_/g, " "))} <b data-triage="${esc(v)}">${num(n)}</b>`).join(" · ")}` +
+      (tr.message ? ` <span class="note">${esc(tr.message)}</span>` : "") + `</p>` +
+      ((tr.cases || []).length ? `<p>` + tr.cases.map((c) =>
+        `<span data-triage-case="${esc(c.case_id)}" data-verdict="${esc(c.verdict)}">${link(c.url, c.case_id)} ${esc(String(c.verdict).replace(/_/g, " "))}</span>`).join(" · ") + `</p>` : "")
+    : `<p class="note">${esc(tr.message || "no triage yet")}</p>`;
   const rl = d.run_phases || [];
   $("run-phases").innerHTML = rl.length ? `<table id="run-phase-table"><thead><tr><th>phase</th><th>state</th><th>task</th><th></th></tr></thead><tbody>` +
     rl.map((r) => `<tr data-run-phase="${esc(r.phase)}" data-shown="${esc(r.shown)}"><td>${esc(r.phase)}</td>

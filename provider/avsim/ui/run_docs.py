@@ -191,3 +191,29 @@ def repairs(layout: RunLayout) -> list[dict[str, Any]]:
         {k: r.get(k) for k in ("shard", "shard_run_id", "parent_try", "at", "cleared")}
         for r in Ledger(layout).repairs()
     ]
+
+
+def triage(layout: RunLayout, base: str = "") -> dict[str, Any]:
+    """The week's triage for the page: counts per verdict, each triaged case with a link to its page."""
+    from avsim import urls
+    from avsim.triage.store import triage_uri
+
+    doc = read_doc(triage_uri(layout))
+    if not doc:
+        return {"available": False, "message": "no triage yet: it runs once every case has run once"}
+    cases = [
+        {
+            "case_id": c.get("case_id"),
+            "verdict": c.get("verdict"),
+            "failing_phase": c.get("failing_phase"),
+            "reason": c.get("reason"),
+            "url": urls.case_page(layout.run_key, str(c.get("case_id")), base),
+        }
+        for c in doc.get("cases") or []
+    ]
+    return {
+        "available": True,
+        "counts": doc.get("counts") or {},
+        "message": doc.get("message") or "",
+        "cases": cases,
+    }

@@ -64,12 +64,10 @@ class WeekRef:
 
 
 def parent_of(dag_id: str, run_id: str) -> tuple[str, str]:
-    """The weekly run of a shard run (``<dag>_shard`` / ``<run>__shard_<k>`` or ``__canary``); else itself."""
-    if dag_id.endswith("_shard"):
-        for marker in ("__shard_", "__canary"):
-            if marker in run_id:
-                return dag_id.removesuffix("_shard"), run_id[: run_id.rindex(marker)]
-    return dag_id, run_id
+    """The weekly run of a shard run (a shard's, the canary's or a triage run); else itself."""
+    from avsim.artifacts import parent_run
+
+    return parent_run(dag_id, run_id)
 
 
 def resolve_week(session: Session, dag_id: str, run_id: str, default_root: str) -> WeekRef | None:
@@ -442,6 +440,7 @@ def week_progress(
         "canary": canary,
         "breaker": breaker,
         "repairs": run_docs.repairs(layout),
+        "triage": run_docs.triage(layout, base),
         "failed": _failed(digests, ref, base, max(0, offset), max(1, min(limit, MAX_LIMIT))),
         "links": {
             "report": urls.report_page(ref.run_key, base),

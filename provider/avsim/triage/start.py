@@ -1,0 +1,208 @@
+"""Starting a round of triage once the week's cases have all run once: the ``triage_start`` task.
+
+Reads the week as its report has it, compares it with last week, decides what fits the budget and
+the deadline (:mod:`avsim.triage.decide`), writes each triage run's files and records the round in
+``report/triage_plan.json``. A second call (a retry, a clear after a repair) starts only the cases no
+earlier round planned, so nothing already rerun is rerun again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from avsim.artifacts import RunLayout
+from avsim.contracts import RunDescriptor
+from avsim.plan.model import WeeklyPlan
+from avsim.settings import TriageSettings
+from avsim.storage import exists, read_json, write_json
+from avsim.triage import decide
+from avsim.triage.runs import (
+    TRIAGE_SHARD,
+    TriageBook,
+    TriageRound,
+    TriageRun,
+    plan_uri,
+    rerun_entries,
+    round_runs,
+    run_descriptor,
+)
+
+log = logging.getLogger(__name__)
+
+
+def read_book(layout: RunLayout) -> TriageBook | None:
+    uri = plan_uri(layout)
+    return TriageBook.model_validate(read_json(uri)) if exists(uri) else None
+
+
+def seconds_left(deadline: Any, now: dt.datetime) -> float:
+    """Seconds from ``now`` to the run's deadline (an ISO time); unbounded when it has none."""
+    if not deadline:
+        return float("inf")
+    when = dt.datetime.fromisoformat(str(deadline).replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return (when - now).total_seconds()
+
+
+def _audit(
+    rows: Sequence[Mapping[str, Any]], head: Mapping[str, Any], week: RunDescriptor, share: float
+) -> tuple[list[str], int]:
+    """The passed cases the audit reruns (none when no phase of their graph declares a deterministic
+    output), and how many passed."""
+    graphs = head.get("graphs") or {}
+
+    def declares(graph: str) -> bool:
+        phases = (graphs.get(graph) or {}).get("phases") or {}
+        return any(p.get("deterministic_outputs") for p in phases.values())
+
+    passed = [
+        str(r["case_id"]) for r in rows if r.get("outcome") == "passed" and declares(str(r.get("graph")))
+    ]
+    return list(decide.audit_sample(passed, week.run_key, share)), len(passed)
+
+
+def plan_round(
+    week: RunDescriptor,
+    plan: WeeklyPlan,
+    settings: TriageSettings,
+    rows: Sequence[Mapping[str, Any]],
+    comparison: Mapping[str, Any],
+    head: Mapping[str, Any],
+    book: TriageBook | None,
+    *,
+    now: dt.datetime,
+    canary_stopped: bool,
+) -> tuple[TriageBook, TriageRound | None]:
+    """The book with this round added (None: nothing new to triage; the book says why when empty)."""
+    previous = comparison.get("previous") or {}
+    previous_image = str(previous.get("image") or "")
+    base = book or TriageBook(
+        week_run_key=week.run_key,
+        iso_week=week.iso_week,
+        build_digest=week.image.rpartition("@")[2],
+        previous_run_key=str(previous.get("run_key") or ""),
+        previous_build_digest=previous_image.rpartition("@")[2],
+        previous_image=previous_image,
+    )
+    first = not base.rounds
+    if canary_stopped:
+        message = decide.nothing_to_triage(comparison, canary_stopped=True)
+        return (base.model_copy(update={"message": message}) if first else base), None
+    message = decide.nothing_to_triage(comparison)
+    new = [c for c in decide.from_comparison(comparison) if c.case_id not in base.planned_cases]
+    audit, passed = _audit(rows, head, week, settings.determinism_sample) if first else ([], 0)
+    if not new and not audit:
+        return (base.model_copy(update={"message": message}) if first else base), None
+    k = settings.reruns
+    ranked, _ = decide.with_plan(plan, new, k)
+    costs = decide.measured_costs(plan, rows, ranked, 2 * k if previous_image else k)
+    week_gpu = sum(float(r.get("gpu_seconds") or 0.0) for r in rows)
+    spent = sum(r.planned_gpu_seconds for r in base.rounds)
+    share = max(0.0, settings.gpu_share - (spent / week_gpu if week_gpu else 0.0))
+    decision = decide.fit_budget(
+        ranked,
+        costs,
+        week_gpu_seconds=week_gpu,
+        seconds_left=seconds_left((head.get("run") or {}).get("deadline"), now),
+        share=share,
+    )
+    left = decision.budget_gpu_seconds - decision.planned_gpu_seconds
+    kept: list[str] = []
+    for case_id in audit:  # the audit gets what the newly failing cases left of the budget
+        cost = float(next(r for r in rows if r["case_id"] == case_id).get("gpu_seconds") or 0.0)
+        if cost <= left:
+            kept.append(case_id)
+            left -= cost
+    number = len(base.rounds) + 1
+    rnd = TriageRound(
+        round=number,
+        chosen=decision.chosen,
+        not_triaged=decision.not_triaged,
+        audit=tuple(kept),
+        passed_cases=passed,
+        budget_gpu_seconds=decision.budget_gpu_seconds,
+        planned_gpu_seconds=decision.budget_gpu_seconds - left,
+        runs=round_runs(week, number, decision.chosen, kept, k, previous_image),
+    )
+    return base.model_copy(
+        update={"rounds": (*base.rounds, rnd), "message": message if first else base.message}
+    ), rnd
+
+
+def week_entries(
+    layout: RunLayout, rows: Sequence[Mapping[str, Any]], wanted: set[str]
+) -> dict[str, dict[str, Any]]:
+    """The week's case entries of ``wanted``, from their shards' cases files."""
+    shards = sorted(
+        {int(r["shard"]) for r in rows if r["case_id"] in wanted and str(r.get("shard", "")).isdigit()}
+    )
+    found: dict[str, dict[str, Any]] = {}
+    for k in shards:
+        doc = read_json(layout.shard_cases(k))
+        for family, entries in doc["by_family"].items():
+            for e in entries:
+                if e["case_id"] in wanted:
+                    found[e["case_id"]] = {**e, "family": e.get("family") or family}
+    return found
+
+
+def write_round(
+    week: RunDescriptor, plan: WeeklyPlan, rnd: TriageRound, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """Each run's files: the week's manifest head under its own key, and its one shard's cases."""
+    layout = week.layout
+    head = read_json(layout.head_uri)
+    wanted = {c for run in rnd.runs for c in (*run.cases, *run.audit)}
+    entries = week_entries(layout, rows, wanted)
+    families = {f.name: f for f in plan.families}
+    for run in rnd.runs:
+        mine = run_descriptor(week, run).layout
+        if not exists(mine.head_uri):
+            write_json(mine.head_uri, head)
+        cases = {"shard": TRIAGE_SHARD, "by_family": rerun_entries(run, entries, rnd.chosen, families)}
+        if not exists(mine.shard_cases(TRIAGE_SHARD)):
+            write_json(mine.shard_cases(TRIAGE_SHARD), cases)
+
+
+def start_round(
+    week: RunDescriptor, plan: WeeklyPlan, settings: TriageSettings, *, now: dt.datetime | None = None
+) -> tuple[TriageBook, tuple[TriageRun, ...]]:
+    """Decide and write a round; returns the book and the runs of the week still to start (a retry
+    gets the same runs again: starting one that exists does nothing)."""
+    from avsim.ledger.breaker import Breaker, image_digest
+    from avsim.report.build import read_text, week_case_rows
+    from avsim.report.compare import previous_week
+
+    layout = week.layout
+    rows = week_case_rows(layout)
+    comparison = previous_week(layout.root, week.iso_week, rows, read_text)
+    stopped = Breaker(week.artifact_root, image_digest(week.image)).state().is_open
+    book, rnd = plan_round(
+        week,
+        plan,
+        settings,
+        rows,
+        comparison,
+        read_json(layout.head_uri),
+        read_book(layout),
+        now=now or dt.datetime.now(dt.UTC),
+        canary_stopped=stopped,
+    )
+    if rnd is not None:
+        write_round(week, plan, rnd, rows)
+        log.info(
+            "triage round %d: %d cases rerun, %d not triaged, %d audited, in %d shard runs",
+            rnd.round,
+            len(rnd.chosen),
+            len(rnd.not_triaged),
+            len(rnd.audit),
+            len(rnd.runs),
+        )
+    write_json(plan_uri(layout), book.model_dump(mode="json"))
+    if book.message:
+        log.info("%s", book.message)
+    return book, book.runs

@@ -1,0 +1,155 @@
+"""Triage end to end on the real scheduler, triggerer and PostgreSQL (local backend, nothing mocked).
+
+Week N runs on build A; week N+1 on build B, where three scenarios regress (they fail on B only),
+two flake (``flake:0.5``, cases chosen so that they passed in week N, fail in week N+1 and pass on a
+rerun) and one meets a broken pool in its reruns (``crash_in:__triage_``). The report, the triage
+document and the weekly run's page classify all six; the week ends on time; the reruns never touch
+the week's committed outcomes, the cache or the build's breaker.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.airflow_run import trigger, wait_for_run
+from tests.support.stacks import read_json, weekly_stack
+
+from avsim.artifacts import RunLayout, run_key_for, triage_run_key
+from avsim.devstack.fakesim import flake_draw
+from avsim.devstack.stack import LocalStack
+from avsim.ledger.breaker import Breaker
+from avsim.ledger.store import Ledger
+from avsim.manifest.deadline import iso_week_of
+from avsim.manifest.sample import sample_manifest
+from avsim.report.compare import previous_iso_week
+from avsim.triage.model import TriageReport, TriageVerdict
+
+pytestmark = [pytest.mark.integration, pytest.mark.long]
+
+CASES = 30
+DIGEST_B = "sha256:" + hashlib.sha256(b"avsim-simulator-build:B").hexdigest()
+WEEK_A, WEEK_B = "it__triage_a", "it__triage_b"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    env = {"AIRFLOW__AVSIM__TRIAGE_GPU_SHARE": "1.0", "AIRFLOW__AVSIM__TRIAGE_RERUNS": "2"}
+    with weekly_stack(
+        tmp_path_factory.mktemp("triage"), shard_size=10, max_active_shards=3, extra_env=env
+    ) as s:
+        yield s
+
+
+def _key(run_id: str) -> str:
+    return run_key_for("avsim_weekly", run_id)
+
+
+def _flake_fits(case: dict[str, Any]) -> bool:
+    """Passed in week N, fails in week N+1, passes on the first rerun of build B."""
+    seed, cid = case["seed"], case["id"]
+
+    def draw(key: str) -> float:
+        return flake_draw(
+            seed, cid, "simulate", RunLayout("file:///x", key).attempt_output(cid, "simulate", 1)
+        )
+
+    return (
+        draw(_key(WEEK_A)) >= 0.5
+        and draw(_key(WEEK_B)) < 0.5
+        and draw(triage_run_key(_key(WEEK_B), "1_this_1")) >= 0.5
+    )
+
+
+def _weeks() -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    now = dt.datetime.now(dt.UTC)
+    this_week = iso_week_of(now)
+    last_week = previous_iso_week(this_week)
+    assert last_week is not None
+    common = {"time_scale": 0.002, "scenario_fail_rate": 0.0, "deadline": now + dt.timedelta(days=1)}
+    doc_a = sample_manifest(CASES, iso_week=last_week, **common)
+    sim = doc_a["graphs"]["standard"]["phases"]["simulate"]
+    sim["deterministic_outputs"] = ["trace.jsonl"]
+    standard = [c for c in doc_a["cases"] if c["graph"] == "standard"]
+    planted: dict[str, str] = {}
+    regress = f"scenario_failed_on:{DIGEST_B[:19]}"
+    for c in standard[:3]:
+        planted[c["id"]] = "regression"
+        c["parameters"]["fakesim"] = {"simulate": regress}
+    flakes = [c for c in standard[3:] if _flake_fits(c)][:2]
+    assert len(flakes) == 2, "the sample has two standard cases whose flake draws fit"
+    for c in flakes:
+        planted[c["id"]] = "flaky"
+        c["parameters"]["fakesim"] = {"simulate": "flake:0.5"}
+    pool = next(c for c in standard[3:] if c["id"] not in planted)
+    planted[pool["id"]] = "environment"
+    pool["parameters"]["fakesim"] = {"simulate": f"{regress}+crash_in:__triage_"}
+    doc_b = json.loads(json.dumps(doc_a))
+    doc_b["run"]["iso_week"] = this_week
+    doc_b["run"]["build"] = {
+        "build_id": "build-B",
+        "image": f"registry.example.com/avsim/simulator@{DIGEST_B}",
+    }
+    return doc_a, doc_b, planted
+
+
+def _run_week(stack: LocalStack, run_id: str, doc: dict[str, Any]) -> RunLayout:
+    path = stack.home / f"{run_id}.json"
+    path.write_text(json.dumps(doc))
+    trigger(stack, "avsim_weekly", run_id, {"manifest": str(path)})
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=1200) == "success"
+    return RunLayout(f"file://{stack.home / 'artifacts'}", _key(run_id))
+
+
+def _committed(layout: RunLayout) -> dict[tuple[str, str], tuple[str, int]]:
+    ledger = Ledger(layout)
+    return {
+        (c.case_id, name): (p.outcome_name, p.attempt or 0)
+        for s in ledger.shard_summaries()
+        for c in s.cases
+        for name, p in c.phases.items()
+    }
+
+
+def test_newly_failing_cases_get_their_verdicts_on_the_weekly_run(stack: LocalStack) -> None:
+    doc_a, doc_b, planted = _weeks()
+    week_a = _run_week(stack, WEEK_A, doc_a)
+    first = TriageReport.model_validate(read_json(f"{week_a.report_dir}/triage.json"))
+    assert first.message.startswith("nothing to triage: no weekly run recorded for"), first.message
+    assert not first.cases
+
+    started = dt.datetime.now(dt.UTC)
+    week_b = _run_week(stack, WEEK_B, doc_b)
+    ended = dt.datetime.now(dt.UTC)
+    triage = TriageReport.model_validate(read_json(f"{week_b.report_dir}/triage.json"))
+    verdicts = {c.case_id: c.verdict.value for c in triage.cases}
+    assert verdicts == planted, [c.model_dump(mode="json") for c in triage.cases]
+    assert triage.counts[TriageVerdict.REGRESSION] == 3 and triage.counts[TriageVerdict.FLAKY] == 2
+    regression = next(c for c in triage.cases if c.verdict is TriageVerdict.REGRESSION)
+    assert {(r.build.value, r.outcome.value if r.outcome else None) for r in regression.reruns} == {
+        ("this", "scenario_failed"),
+        ("last", "passed"),
+    }
+    assert all("__triage_1_" in r.output_uri for r in regression.reruns)
+    assert triage.audit is not None and len(triage.audit.sampled) >= 5 and triage.audit.rate == 0.0
+
+    # The report opens with the verdicts and carries them as data; the week ended before its deadline.
+    report = read_json(f"{week_b.report_dir}/report.json")
+    assert report["triage"]["counts"] == {v.value: n for v, n in triage.counts.items()}
+    page = Path(week_b.report_dir.removeprefix("file://"), "report.html").read_text(encoding="utf-8")
+    assert page.index("<h2>Regressions</h2>") < page.index("<h2>Cases</h2>")
+    assert dt.datetime.fromisoformat(doc_b["run"]["deadline"].replace("Z", "+00:00")) > ended > started
+
+    # Triage's GPU-seconds stay within its share of the week's, and nothing of the week changed.
+    week_gpu = sum(float(r["gpu_seconds"]) for r in report["cases"])
+    assert triage.planned_gpu_seconds <= 1.0 * week_gpu
+    committed = _committed(week_b)
+    for case_id in planted:
+        assert committed[(case_id, "simulate")][0] == "scenario_failed"
+    breaker = Breaker(week_b.root, DIGEST_B).state()
+    assert not breaker.is_open, "triage's crashes are no evidence against the build"
