@@ -534,7 +534,7 @@ def render_reference() -> str:
         "",
         f"<!-- Generated from avsim.manifest.models by `{REGENERATE}`. Do not edit by hand:",
         "     change the models (docstrings, Field descriptions, validator messages) and regenerate.",
-        "     tests/unit/test_manifest_reference.py fails while this page differs from the code. -->",
+        "     tests/unit/avsim_docgen/test_manifest_reference.py fails while this page differs from the code. -->",
         "",
         "A manifest describes one run: the simulator build under test, its deadline and run class,",
         "the phase graphs, the cases (each a scenario with a seed and parameters, run through a graph)",

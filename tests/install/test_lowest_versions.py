@@ -23,9 +23,9 @@ PROVIDER_TESTS = (
     "tests/unit/test_airflow_internals.py",
     "tests/unit/test_airflow_internals_kpo.py",
     "tests/unit/test_dags.py",
-    "tests/unit/test_ledger.py",
-    "tests/unit/test_eks_node_group_scaling.py",
-    "tests/unit/test_report_files.py",
+    "tests/unit/ledger/test_store.py",
+    "tests/unit/deadline/test_actions.py",
+    "tests/unit/report/test_build_files.py",
     "tests/unit/test_service_role.py",
     "tests/k8s",
 )

@@ -8,7 +8,7 @@ follows its log as the stock operator does. The task process's SIGTERM handler c
 ``on_kill``, as Airflow 3.3.2's task runner installs it (``task_runner.run``'s ``_on_term``), and the
 test sends that SIGTERM, as Airflow's supervisor does when its heartbeat learns that a user marked the
 task failed or success, or cleared it. The boundary: Airflow's task instance is a stand-in (try number,
-max tries, XComs), as in ``tests/unit/test_local_kill.py``.
+max tries, XComs), as in ``tests/unit/operators/test_phase_kill.py``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ contract             written by                                  read by
 
 A shard summary is a document of the artifact store that a running week keeps reading while a new
 version of avsim is deployed: its field names are the ones the dicts it replaces had, so a summary
-written before the models existed parses (``tests/unit/test_week_contracts.py`` holds one).
+written before the models existed parses (``tests/unit/contracts/test_week.py`` holds one).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from avsim.phases.contract import Outcome
 #: attempt's class, so not an :class:`Outcome`.
 NOT_STARTED: Final = "not_started"
 #: A phase of a case that never ran: :data:`avsim.phases.contract.NOT_RUN`, typed as the literal the
-#: models take (``tests/unit/test_week_contracts.py`` checks they are one name).
+#: models take (``tests/unit/contracts/test_week.py`` checks they are one name).
 NOT_RUN: Final = "not_run"
 #: The class of a phase in a shard summary: its committed outcome, ``upstream_failed`` when an upstream
 #: phase produced nothing, or :data:`NOT_RUN`.

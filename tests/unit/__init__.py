@@ -1,0 +1,1 @@
+"""Unit tests, laid out as provider/ is: tests/README.md says where a test goes."""
