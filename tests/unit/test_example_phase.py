@@ -3,9 +3,9 @@
 It runs as a local process, as the local backend runs any phase: a real ``LocalPhaseOperator`` on a
 prepared week with a ``file://`` ledger launches it, watches its heartbeat against a short lease,
 classes its exit code and checks its declared outputs before it commits (the checks a real simulator
-image meets on either backend). The boundary, as in ``test_phase_lifecycle.py``: Airflow's task
-instance is a stand-in holding the try number and the XCom table. Docker is not needed: the test
-runs the same file the Dockerfile installs.
+image meets on either backend). The boundary, as in ``tests/unit/operators/test_lifecycle.py``:
+Airflow's task instance is a stand-in holding the try number and the XCom table. Docker is not
+needed: the test runs the same file the Dockerfile installs.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def test_exit_codes_and_classes() -> None:
 
 
 def test_the_fallback_must_fit_the_preemption_budget() -> None:
-    # Budgets, delays and hand-over are the failure policy's (tests/unit/test_phase_policy.py).
+    # Budgets, delays and hand-over are the failure policy's (tests/unit/phases/test_policy.py).
     with pytest.raises(ValueError, match="on_demand_after_preemptions"):
         RetrySpec(preemption=1, on_demand_after_preemptions=2)
 
