@@ -14,7 +14,7 @@ from avsim.artifacts import RunLayout
 from avsim.contracts.week import CaseSummary, ShardSummary
 from avsim.phases.contract import Outcome
 from avsim.triage import decide
-from avsim.triage.model import DeterminismAudit, OutputDifference, Rerun, TriageReport
+from avsim.triage.model import CaseTriage, DeterminismAudit, OutputDifference, Rerun, TriageReport
 from avsim.triage.runs import TRIAGE_SHARD, TriageBook, TriageRun
 
 #: A run's summary, by its run key (None: the run has not written one: it did not end).
@@ -77,14 +77,16 @@ def collect(
 ) -> TriageReport:
     """The week's triage document from the book's runs (``week``: the week's cases by id)."""
     summaries = {run.run_key: summary_of(run.run_key) for run in book.runs}
-    found: list[Rerun] = []
-    unfinished: set[str] = set()
+    triaged: dict[str, CaseTriage] = {}  # a later round's verdict replaces an earlier one's
     for rnd in book.rounds:
         failing = {c.case_id: c.failing_phase for c in rnd.chosen}
+        found: list[Rerun] = []
+        unfinished: set[str] = set()
         for run in rnd.runs:
-            cases = _cases(summaries[run.run_key])
+            summary = summaries[run.run_key]
+            cases = _cases(summary)
             for case_id in run.cases:
-                if summaries[run.run_key] is None:
+                if summary is None:
                     unfinished.add(case_id)
                     continue
                 found.append(
@@ -92,17 +94,16 @@ def collect(
                         run, case_id, cases.get(case_id), failing[case_id], "the case is missing from its run"
                     )
                 )
-    triaged = []
-    for rnd in book.rounds:
         for c in rnd.chosen:
             if c.case_id in unfinished:
-                triaged.append(c.not_triaged(why_unfinished))
+                triaged[c.case_id] = c.not_triaged(why_unfinished)
             else:
-                triaged.append(decide.triage_case(c, found, reruns))
-        triaged.extend(rnd.not_triaged)
+                triaged[c.case_id] = decide.triage_case(c, found, reruns)
+        for n in rnd.not_triaged:
+            triaged[n.case_id] = n
     return TriageReport.of(
         book.week_run_key,
-        triaged,
+        sorted(triaged.values(), key=lambda c: c.case_id),
         iso_week=book.iso_week,
         build_digest=book.build_digest,
         previous_run_key=book.previous_run_key,

@@ -76,8 +76,11 @@ def plan_round(
     *,
     now: dt.datetime,
     canary_stopped: bool,
+    retry: frozenset[str] = frozenset(),
 ) -> tuple[TriageBook, TriageRound | None]:
-    """The book with this round added (None: nothing new to triage; the book says why when empty)."""
+    """The book with this round added (None: nothing new to triage; the book says why when empty).
+    ``retry``: cases an earlier round left without a verdict of the build (environment, not triaged),
+    which this round may take again."""
     previous = comparison.get("previous") or {}
     previous_image = str(previous.get("image") or "")
     base = book or TriageBook(
@@ -93,7 +96,8 @@ def plan_round(
         message = decide.nothing_to_triage(comparison, canary_stopped=True)
         return (base.model_copy(update={"message": message}) if first else base), None
     message = decide.nothing_to_triage(comparison)
-    new = [c for c in decide.from_comparison(comparison) if c.case_id not in base.planned_cases]
+    done = base.planned_cases - retry
+    new = [c for c in decide.from_comparison(comparison) if c.case_id not in done]
     audit, passed = _audit(rows, head, week, settings.determinism_sample) if first else ([], 0)
     if not new and not audit:
         return (base.model_copy(update={"message": message}) if first else base), None
@@ -168,6 +172,18 @@ def write_round(
             write_json(mine.shard_cases(TRIAGE_SHARD), cases)
 
 
+def _without_a_verdict(layout: RunLayout) -> frozenset[str]:
+    """The cases the last triage document left as environment or not triaged (none before it)."""
+    from avsim.triage.model import TriageReport, TriageVerdict
+    from avsim.triage.store import triage_uri
+
+    if not exists(triage_uri(layout)):
+        return frozenset()
+    again = {TriageVerdict.ENVIRONMENT, TriageVerdict.NOT_TRIAGED}
+    doc = TriageReport.model_validate(read_json(triage_uri(layout)))
+    return frozenset(c.case_id for c in doc.cases if c.verdict in again)
+
+
 def start_round(
     week: RunDescriptor, plan: WeeklyPlan, settings: TriageSettings, *, now: dt.datetime | None = None
 ) -> tuple[TriageBook, tuple[TriageRun, ...]]:
@@ -181,6 +197,7 @@ def start_round(
     rows = week_case_rows(layout)
     comparison = previous_week(layout.root, week.iso_week, rows, read_text)
     stopped = Breaker(week.artifact_root, image_digest(week.image)).state().is_open
+    retry = _without_a_verdict(layout)
     book, rnd = plan_round(
         week,
         plan,
@@ -191,6 +208,7 @@ def start_round(
         read_book(layout),
         now=now or dt.datetime.now(dt.UTC),
         canary_stopped=stopped,
+        retry=retry,
     )
     if rnd is not None:
         write_round(week, plan, rnd, rows)

@@ -104,3 +104,23 @@ def test_a_run_that_did_not_end_leaves_its_cases_not_triaged_with_the_reason() -
     )  # fmt: skip
     assert {c.verdict for c in report.cases} == {TriageVerdict.NOT_TRIAGED}
     assert report.cases[0].reason == "the week's deadline came before its triage run ended"
+
+
+def test_a_later_round_replaces_an_earlier_rounds_verdict() -> None:
+    first = _book().rounds[0]
+    later_run = TriageRun(
+        label="2_this_1", build=BuildSide.THIS, index=1, image=B, run_id="w__triage_2_this_1",
+        run_key="k__triage_2_this_1", cases=("env",),
+    )  # fmt: skip
+    second = TriageRound(round=2, chosen=(first.chosen[2],), runs=(later_run,))
+    book = TriageBook(week_run_key="k", rounds=(first, second))
+
+    def summary_of(run_key: str) -> ShardSummary | None:
+        if run_key.endswith("2_this_1"):
+            return ShardSummary(shard=1, cases=(_case("env", "passed"),))
+        return _summary_of()(run_key)
+
+    report = collect(book, WEEK, HEAD, summary_of=summary_of, digest_of=_digest)
+    [env] = [c for c in report.cases if c.case_id == "env"]
+    assert env.verdict is TriageVerdict.FLAKY and len(env.reruns) == 1
+    assert len(report.cases) == len(CASES)

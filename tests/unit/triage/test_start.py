@@ -183,3 +183,16 @@ def test_the_audit_reruns_passed_cases_whose_graph_declares_deterministic_output
     assert run.build is BuildSide.THIS and run.audit == rnd.audit and run.cases == ()
     book, none = _round(rows, _comparison(), settings=settings, head={"run": {}, "graphs": {}})
     assert none is None and "no case newly fails" in book.message
+
+
+def test_a_case_left_without_a_verdict_of_the_build_is_taken_again_by_a_later_round() -> None:
+    rows = [_row(f"p{i}", "passed") for i in range(10)] + [_row("f1", "scenario_failed")]
+    wide = TriageSettings(gpu_share=1.0, determinism_sample=0.0)
+    book, _ = _round(rows, _comparison("f1"), settings=wide)
+    _, none = _round(rows, _comparison("f1"), book=book, settings=wide)
+    assert none is None  # f1 got a verdict of its build: not again
+    _, again = plan_round(
+        WEEK, PLAN, wide, rows, _comparison("f1"), HEAD, book, now=NOW, canary_stopped=False,
+        retry=frozenset({"f1"}),
+    )  # fmt: skip
+    assert again is not None and again.round == 2 and [c.case_id for c in again.chosen] == ["f1"]
