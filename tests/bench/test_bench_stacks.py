@@ -78,3 +78,12 @@ def test_stragglers_quick_prints_the_cost_of_hung_phases() -> None:
     got = summary(out, "stragglers_real")
     finite(got, "makespan_vs_clean", "inflight_min_vs_target")
     assert got["makespan_vs_clean"] > 0 and got["inflight_min_vs_target"] >= 0
+
+
+@pytest.mark.timeout(2400)
+def test_triage_quick_classifies_the_planted_cases_within_its_share() -> None:
+    got = summary(run_bench("triage", "--quick", timeout=2300), "triage")
+    finite(got, "classified", "correct", "gpu_share", "bound", "delay_of_report_s", "triage_s")
+    # 3 planted regressions and 2 planted flakes: each gets a verdict, and the one it was planted with.
+    assert got["classified"] == got["correct"] == 5, got
+    assert 0.0 < got["gpu_share"] <= got["bound"], got
