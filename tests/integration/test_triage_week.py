@@ -12,12 +12,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.airflow_run import trigger, wait_for_run
+from tests.support.airflow_run import api, query, trigger, wait_for_run
 from tests.support.stacks import read_json, weekly_stack
 
 from avsim.artifacts import RunLayout, run_key_for, triage_run_key
@@ -98,12 +99,36 @@ def _weeks() -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
     return doc_a, doc_b, planted
 
 
-def _run_week(stack: LocalStack, run_id: str, doc: dict[str, Any]) -> RunLayout:
+def _start_week(stack: LocalStack, run_id: str, doc: dict[str, Any]) -> RunLayout:
     path = stack.home / f"{run_id}.json"
     path.write_text(json.dumps(doc))
     trigger(stack, "avsim_weekly", run_id, {"manifest": str(path)})
-    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=1200) == "success"
     return RunLayout(f"file://{stack.home / 'artifacts'}", _key(run_id))
+
+
+def _run_week(stack: LocalStack, run_id: str, doc: dict[str, Any]) -> RunLayout:
+    layout = _start_week(stack, run_id, doc)
+    assert wait_for_run(stack, "avsim_weekly", run_id, timeout=1200) == "success"
+    return layout
+
+
+def _clear_during_triage(stack: LocalStack, run_id: str) -> None:
+    """Wait until ``triage`` waits for its runs, then clear the whole weekly run, as an engineer's
+    *Clear* of the run in the grid does (every task, not only the failed ones)."""
+    for _ in range(1200):
+        states = query(
+            stack,
+            "SELECT state FROM task_instance WHERE dag_id = 'avsim_weekly' AND run_id = :r AND task_id = 'triage'",
+            r=run_id,
+        )
+        if states and states[0][0] == "deferred":
+            break
+        time.sleep(1)
+    else:
+        raise AssertionError(f"triage never waited for its runs: {states}")
+    body = {"dry_run": False, "dag_run_id": run_id, "only_failed": False, "reset_dag_runs": True}
+    cleared = api(stack, "POST", "/api/v2/dags/avsim_weekly/clearTaskInstances", body)
+    assert any(t["task_id"] == "triage" for t in cleared["task_instances"])
 
 
 def _committed(layout: RunLayout) -> dict[tuple[str, str], tuple[str, int]]:
@@ -124,8 +149,20 @@ def test_newly_failing_cases_get_their_verdicts_on_the_weekly_run(stack: LocalSt
     assert not first.cases
 
     started = dt.datetime.now(dt.UTC)
-    week_b = _run_week(stack, WEEK_B, doc_b)
+    week_b = _start_week(stack, WEEK_B, doc_b)
+    _clear_during_triage(stack, WEEK_B)
+    assert wait_for_run(stack, "avsim_weekly", WEEK_B, timeout=1200) == "success"
     ended = dt.datetime.now(dt.UTC)
+    # The clear started no second round: the four triage runs of round 1, each ended.
+    runs = query(
+        stack,
+        "SELECT run_id, state FROM dag_run WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p",
+        p=f"{WEEK_B}__triage_%",
+    )
+    assert sorted(r for r, _ in runs) == [
+        f"{WEEK_B}__triage_1_{side}_{n}" for side in ("last", "this") for n in (1, 2)
+    ]
+    assert {state for _, state in runs} <= {"success", "failed"}
     triage = TriageReport.model_validate(read_json(f"{week_b.report_dir}/triage.json"))
     verdicts = {c.case_id: c.verdict.value for c in triage.cases}
     assert verdicts == planted, [c.model_dump(mode="json") for c in triage.cases]
@@ -144,6 +181,12 @@ def test_newly_failing_cases_get_their_verdicts_on_the_weekly_run(stack: LocalSt
     page = Path(week_b.report_dir.removeprefix("file://"), "report.html").read_text(encoding="utf-8")
     assert page.index("<h2>Regressions</h2>") < page.index("<h2>Cases</h2>")
     assert dt.datetime.fromisoformat(doc_b["run"]["deadline"].replace("Z", "+00:00")) > ended > started
+
+    # The weekly run's page counts the verdicts and links each case.
+    page_doc = api(stack, "GET", f"/avsim/api/runs/avsim_weekly/{WEEK_B}/progress")
+    assert page_doc["triage"]["counts"] == report["triage"]["counts"]
+    assert {c["case_id"]: c["verdict"] for c in page_doc["triage"]["cases"]} == planted
+    assert all(c["url"] for c in page_doc["triage"]["cases"])
 
     # Triage's GPU-seconds stay within its share of the week's, and nothing of the week changed.
     week_gpu = sum(float(r["gpu_seconds"]) for r in report["cases"])

@@ -124,3 +124,32 @@ def test_a_later_round_replaces_an_earlier_rounds_verdict() -> None:
     [env] = [c for c in report.cases if c.case_id == "env"]
     assert env.verdict is TriageVerdict.FLAKY and len(env.reruns) == 1
     assert len(report.cases) == len(CASES)
+
+
+def test_last_weeks_image_that_no_longer_pulls_gives_environment_with_the_reason() -> None:
+    """On Kubernetes an image that no longer pulls ends the attempt bad_build / image_pull
+    (avsim.kube.pods); the verdict names it."""
+    pull = "image_pull: ErrImagePull: manifest for reg/sim@sha256:aaaa not found"
+
+    def summary_of(run_key: str) -> ShardSummary | None:
+        label = run_key.rsplit("__triage_", 1)[1]
+        if "_last_" in label:
+            phase = PhaseSummary(outcome="bad_build", attempt=1, reason=pull)
+            return ShardSummary(
+                shard=1,
+                cases=(
+                    CaseSummary(
+                        case_id="reg", graph="driving", outcome="bad_build", phases={"simulate": phase}
+                    ),
+                ),
+            )
+        return ShardSummary(shard=1, cases=(_case("reg", "scenario_failed"),))
+
+    rnd = TriageRound(
+        round=1, chosen=(Candidate(case_id="reg", graph="driving", failing_phase="simulate"),),
+        runs=tuple(_run(side, n, ("reg",)) for side in BuildSide for n in (1, 2)),
+    )  # fmt: skip
+    report = collect(TriageBook(week_run_key="k", rounds=(rnd,)), {}, HEAD, summary_of=summary_of)
+    [case] = report.cases
+    assert case.verdict is TriageVerdict.ENVIRONMENT
+    assert "last week's build ended bad_build" in case.reason and "ErrImagePull" in case.reason
