@@ -92,8 +92,12 @@ def plan_round(
         previous_image=previous_image,
     )
     first = not base.rounds
-    if canary_stopped:
-        message = decide.nothing_to_triage(comparison, canary_stopped=True)
+    if canary_stopped or week.rerun_of:
+        message = (
+            decide.nothing_to_triage(comparison, canary_stopped=True)
+            if canary_stopped
+            else f"nothing to triage: this run reruns failed cases of {week.rerun_of}, whose week is triaged"
+        )
         return (base.model_copy(update={"message": message}) if first else base), None
     message = decide.nothing_to_triage(comparison)
     done = base.planned_cases - retry
