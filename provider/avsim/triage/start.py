@@ -65,6 +65,42 @@ def _audit(
     return list(decide.audit_sample(passed, week.run_key, share)), len(passed)
 
 
+def _new_book(week: RunDescriptor, comparison: Mapping[str, Any]) -> TriageBook:
+    previous = comparison.get("previous") or {}
+    image = str(previous.get("image") or "")
+    return TriageBook(
+        week_run_key=week.run_key,
+        iso_week=week.iso_week,
+        build_digest=week.image.rpartition("@")[2],
+        previous_run_key=str(previous.get("run_key") or ""),
+        previous_build_digest=image.rpartition("@")[2],
+        previous_image=image,
+    )
+
+
+def _why_none(week: RunDescriptor, comparison: Mapping[str, Any], canary_stopped: bool) -> str:
+    """Why this run triages nothing whatever its cases: a bad build, or a rerun of failed cases."""
+    if canary_stopped:
+        return decide.nothing_to_triage(comparison, canary_stopped=True)
+    if week.rerun_of:
+        return f"nothing to triage: this run reruns failed cases of {week.rerun_of}, whose week is triaged"
+    return ""
+
+
+def _fit(
+    decision: decide.BudgetDecision, audit: Sequence[str], rows: Sequence[Mapping[str, Any]]
+) -> tuple[list[str], float]:
+    """The audited cases that fit what the newly failing cases left of the budget, and what is left."""
+    left = decision.budget_gpu_seconds - decision.planned_gpu_seconds
+    gpu = {str(r["case_id"]): float(r.get("gpu_seconds") or 0.0) for r in rows}
+    kept: list[str] = []
+    for case_id in audit:
+        if gpu.get(case_id, 0.0) <= left:
+            kept.append(case_id)
+            left -= gpu.get(case_id, 0.0)
+    return kept, left
+
+
 def plan_round(
     week: RunDescriptor,
     plan: WeeklyPlan,
@@ -81,50 +117,26 @@ def plan_round(
     """The book with this round added (None: nothing new to triage; the book says why when empty).
     ``retry``: cases an earlier round left without a verdict of the build (environment, not triaged),
     which this round may take again."""
-    previous = comparison.get("previous") or {}
-    previous_image = str(previous.get("image") or "")
-    base = book or TriageBook(
-        week_run_key=week.run_key,
-        iso_week=week.iso_week,
-        build_digest=week.image.rpartition("@")[2],
-        previous_run_key=str(previous.get("run_key") or ""),
-        previous_build_digest=previous_image.rpartition("@")[2],
-        previous_image=previous_image,
-    )
+    base = book or _new_book(week, comparison)
     first = not base.rounds
-    if canary_stopped or week.rerun_of:
-        message = (
-            decide.nothing_to_triage(comparison, canary_stopped=True)
-            if canary_stopped
-            else f"nothing to triage: this run reruns failed cases of {week.rerun_of}, whose week is triaged"
-        )
-        return (base.model_copy(update={"message": message}) if first else base), None
-    message = decide.nothing_to_triage(comparison)
-    done = base.planned_cases - retry
-    new = [c for c in decide.from_comparison(comparison) if c.case_id not in done]
+    message = _why_none(week, comparison, canary_stopped)
+    new = [c for c in decide.from_comparison(comparison) if c.case_id not in base.planned_cases - retry]
     audit, passed = _audit(rows, head, week, settings.determinism_sample) if first else ([], 0)
-    if not new and not audit:
+    if message or (not new and not audit):
+        message = message or decide.nothing_to_triage(comparison)
         return (base.model_copy(update={"message": message}) if first else base), None
-    k = settings.reruns
+    k, last = settings.reruns, base.previous_image
     ranked, _ = decide.with_plan(plan, new, k)
-    costs = decide.measured_costs(plan, rows, ranked, 2 * k if previous_image else k)
     week_gpu = sum(float(r.get("gpu_seconds") or 0.0) for r in rows)
     spent = sum(r.planned_gpu_seconds for r in base.rounds)
-    share = max(0.0, settings.gpu_share - (spent / week_gpu if week_gpu else 0.0))
     decision = decide.fit_budget(
         ranked,
-        costs,
+        decide.measured_costs(plan, rows, ranked, 2 * k if last else k),
         week_gpu_seconds=week_gpu,
         seconds_left=seconds_left((head.get("run") or {}).get("deadline"), now),
-        share=share,
+        share=max(0.0, settings.gpu_share - (spent / week_gpu if week_gpu else 0.0)),
     )
-    left = decision.budget_gpu_seconds - decision.planned_gpu_seconds
-    kept: list[str] = []
-    for case_id in audit:  # the audit gets what the newly failing cases left of the budget
-        cost = float(next(r for r in rows if r["case_id"] == case_id).get("gpu_seconds") or 0.0)
-        if cost <= left:
-            kept.append(case_id)
-            left -= cost
+    kept, left = _fit(decision, audit, rows)
     number = len(base.rounds) + 1
     rnd = TriageRound(
         round=number,
@@ -134,11 +146,10 @@ def plan_round(
         passed_cases=passed,
         budget_gpu_seconds=decision.budget_gpu_seconds,
         planned_gpu_seconds=decision.budget_gpu_seconds - left,
-        runs=round_runs(week, number, decision.chosen, kept, k, previous_image),
+        runs=round_runs(week, number, decision.chosen, kept, k, last),
     )
-    return base.model_copy(
-        update={"rounds": (*base.rounds, rnd), "message": message if first else base.message}
-    ), rnd
+    message = decide.nothing_to_triage(comparison) if first else base.message
+    return base.model_copy(update={"rounds": (*base.rounds, rnd), "message": message}), rnd
 
 
 def week_entries(
