@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -247,37 +247,21 @@ def _rank_in(column: Any, classes: Iterable[str]) -> Any:
     return column.in_([RANK[c] for c in classes])
 
 
-def compute_digests(
-    session: Session, shard_dag_id: str, run_ids: Sequence[str], gpu_pools: Sequence[str]
-) -> dict[str, Digest]:
-    """The digest of each shard run in ``run_ids``: a few queries for all of them together."""
+def _phase_task_ids(session: Session, shard_dag_id: str, run_ids: Sequence[str]) -> list[str]:
+    """The phase tasks (``<family>.<phase>``) the runs have mapped task instances of."""
     TI = airflow_internals.models()["TaskInstance"]
-    TIH = airflow_internals.models()["TaskInstanceHistory"]
+    found = session.scalars(
+        select(TI.task_id)
+        .where(TI.dag_id == shard_dag_id, TI.run_id.in_(list(run_ids)), TI.map_index >= 0)
+        .distinct()
+    ).all()
+    return sorted(t for t in found if "." in t)
 
-    digests = {r: Digest() for r in run_ids}
-    if not run_ids:
-        return digests
-    task_ids = sorted(
-        t
-        for t in session.scalars(
-            select(TI.task_id)
-            .where(TI.dag_id == shard_dag_id, TI.run_id.in_(list(run_ids)), TI.map_index >= 0)
-            .distinct()
-        ).all()
-        if "." in t
-    )
-    if not task_ids:
-        return digests
-    _no_jit(session)
-    # The CTE is materialized (it is read four times), so each task instance's XComs are probed
-    # once; the rank is taken from its class outside it (inside, the planner would inline the
-    # class expression, with its XCom lookups, a second time).
-    t = _phase_tis(shard_dag_id, run_ids, task_ids).cte("phase_ti")
+
+def _per_phase(t: Any) -> Any:
+    """One row per phase of a case: the class of its highest-ranked task, its tasks' seconds."""
     rank = case(RANK, value=t.c.cls, else_=literal(0))
-    gpu = case((t.c.pool.in_(list(gpu_pools)), t.c.duration * t.c.pool_slots), else_=0.0)
-
-    # One row per phase of a case: the class of its highest-ranked task, its tasks' seconds.
-    per_phase = (
+    return (
         select(
             t.c.run_id.label("run_id"),
             t.c.family.label("family"),
@@ -289,10 +273,13 @@ def compute_digests(
         .group_by(t.c.run_id, t.c.family, t.c.map_index, t.c.phase)
         .cte("per_phase")
     )
-    # One row per case: its status and class.
+
+
+def _per_case(per_phase: Any) -> Any:
+    """One row per case: its status and class."""
     r = per_phase.c.rank
     ended = func.sum(case((_rank_in(r, _ENDED), 1), else_=0))
-    per_case = (
+    return (
         select(
             per_phase.c.run_id.label("run_id"),
             case(
@@ -312,9 +299,15 @@ def compute_digests(
         .group_by(per_phase.c.run_id, per_phase.c.family, per_phase.c.map_index)
         .subquery("per_case")
     )
-    # Phases by class, cases by status and class, GPU-seconds by pool, and the failed (or
-    # scenario-failed) phase tasks to list: one statement, so these runs' task instances are read once.
-    # PostgreSQL needs the types of the NULL columns of the aggregate rows spelled out.
+
+
+def _digest_statement(shard_dag_id: str, t: Any, gpu_pools: Sequence[str]) -> Any:
+    """Phases by class, cases by status and class, GPU-seconds by pool, and the failed (or
+    scenario-failed) phase tasks to list: one statement, so the runs' task instances are read once.
+    PostgreSQL needs the types of the NULL columns of the aggregate rows spelled out."""
+    per_phase = _per_phase(t)
+    per_case = _per_case(per_phase)
+    gpu = case((t.c.pool.in_(list(gpu_pools)), t.c.duration * t.c.pool_slots), else_=0.0)
     none: dict[str, Any] = {
         "task_id": cast(null(), String),
         "map_index": cast(null(), Integer),
@@ -329,22 +322,16 @@ def compute_digests(
         cols = [literal(kind).label("kind"), run_id.label("run_id"), a.label("a"), b.label("b")]
         return [*cols, n.label("n"), cast(x, Float).label("x"), *(v.label(k) for k, v in none.items())]
 
-    statement = union_all(
+    pp, pc = per_phase.c, per_case.c
+    return union_all(
         select(
             *aggregate(
-                "phase",
-                per_phase.c.run_id,
-                per_phase.c.phase,
-                cast(per_phase.c.rank, String),
-                func.count(),
-                func.sum(per_phase.c.seconds),
+                "phase", pp.run_id, pp.phase, cast(pp.rank, String), func.count(), func.sum(pp.seconds)
             )
-        ).group_by(per_phase.c.run_id, per_phase.c.phase, per_phase.c.rank),
-        select(
-            *aggregate(
-                "case", per_case.c.run_id, per_case.c.status, per_case.c.cls, func.count(), literal(0.0)
-            )
-        ).group_by(per_case.c.run_id, per_case.c.status, per_case.c.cls),
+        ).group_by(pp.run_id, pp.phase, pp.rank),
+        select(*aggregate("case", pc.run_id, pc.status, pc.cls, func.count(), literal(0.0))).group_by(
+            pc.run_id, pc.status, pc.cls
+        ),
         select(*aggregate("gpu", t.c.run_id, t.c.pool, literal(""), func.count(), func.sum(gpu))).group_by(
             t.c.run_id, t.c.pool
         ),
@@ -364,33 +351,33 @@ def compute_digests(
             _xcom_of(shard_dag_id, t.c, (OUTCOME_XCOM,), "reason"),
         ).where(or_(t.c.state == "failed", t.c.cls == Outcome.SCENARIO_FAILED.value)),
     )
-    by_rank = {v: k for k, v in RANK.items()}
-    for row in session.execute(statement).all():
-        d = digests[row.run_id]
-        if row.kind == "phase":
-            d.phases[(row.a, by_rank.get(int(row.b), WAITING))] = (int(row.n), float(row.x or 0))
-        elif row.kind == "case":
-            d.cases[(row.a, row.b)] = int(row.n)
-        elif row.kind == "gpu":
-            if row.x:
-                d.gpu_seconds[row.a] = float(row.x)
-        else:
-            d.failures.append(
-                {
-                    "run_id": row.run_id,
-                    "task_id": row.task_id,
-                    "phase": row.a,
-                    "map_index": row.map_index,
-                    "case_id": row.case_id,
-                    "state": row.state,
-                    "try_number": row.try_number,
-                    "end_date": row.end_date,
-                    "cls": row.b,
-                    "reason": row.reason,
-                }
-            )
 
-    # GPU-seconds of earlier tries (task instance history), added per pool.
+
+_FAILURE_FIELDS = ("run_id", "task_id", "map_index", "case_id", "state", "try_number", "end_date", "reason")
+
+
+def _add_row(d: Digest, row: Any, by_rank: Mapping[int, str]) -> None:
+    """One row of :func:`_digest_statement` into its run's digest."""
+    if row.kind == "phase":
+        d.phases[(row.a, by_rank.get(int(row.b), WAITING))] = (int(row.n), float(row.x or 0))
+    elif row.kind == "case":
+        d.cases[(row.a, row.b)] = int(row.n)
+    elif row.kind == "gpu":
+        if row.x:
+            d.gpu_seconds[row.a] = float(row.x)
+    else:
+        d.failures.append({**{k: getattr(row, k) for k in _FAILURE_FIELDS}, "phase": row.a, "cls": row.b})
+
+
+def _add_history_gpu(
+    session: Session,
+    digests: dict[str, Digest],
+    shard_dag_id: str,
+    run_ids: Sequence[str],
+    gpu_pools: Sequence[str],
+) -> None:
+    """GPU-seconds of earlier tries (task instance history), added per pool."""
+    TIH = airflow_internals.models()["TaskInstanceHistory"]
     for run_id, pool, gpu_s in session.execute(
         select(TIH.run_id, TIH.pool, func.sum(TIH.duration * TIH.pool_slots))
         .where(
@@ -403,6 +390,25 @@ def compute_digests(
     ).all():
         d = digests[run_id]
         d.gpu_seconds[pool] = d.gpu_seconds.get(pool, 0.0) + float(gpu_s or 0)
+
+
+def compute_digests(
+    session: Session, shard_dag_id: str, run_ids: Sequence[str], gpu_pools: Sequence[str]
+) -> dict[str, Digest]:
+    """The digest of each shard run in ``run_ids``: a few queries for all of them together."""
+    digests = {r: Digest() for r in run_ids}
+    task_ids = _phase_task_ids(session, shard_dag_id, run_ids) if run_ids else []
+    if not task_ids:
+        return digests
+    _no_jit(session)
+    # The CTE is materialized (it is read four times), so each task instance's XComs are probed
+    # once; the rank is taken from its class outside it (inside, the planner would inline the
+    # class expression, with its XCom lookups, a second time).
+    t = _phase_tis(shard_dag_id, run_ids, task_ids).cte("phase_ti")
+    by_rank = {v: k for k, v in RANK.items()}
+    for row in session.execute(_digest_statement(shard_dag_id, t, gpu_pools)).all():
+        _add_row(digests[row.run_id], row, by_rank)
+    _add_history_gpu(session, digests, shard_dag_id, run_ids, gpu_pools)
     return digests
 
 
