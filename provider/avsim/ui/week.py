@@ -360,6 +360,24 @@ def _run_phases(
     ]
 
 
+def _canary(
+    ref: WeekRef, head_doc: Any, plan: Mapping[str, Any], runs: Sequence[ShardRun], base: str
+) -> dict[str, Any]:
+    """The canary's part of the page: its gate's decision and its shard run."""
+    canary = run_docs.canary(ref.layout, head_doc if isinstance(head_doc, Mapping) else None, plan)
+    run = next((r for r in runs if r.kind == "canary"), None)
+    canary["run"] = (
+        {
+            "run_id": run.run_id,
+            "state": run.state,
+            "url": urls.airflow_run(ref.shard_dag_id, run.run_id, base),
+        }
+        if run
+        else None
+    )
+    return canary
+
+
 def week_progress(
     session: Session,
     ref: WeekRef,
@@ -391,17 +409,7 @@ def week_progress(
         ),
         None,
     )
-    canary = run_docs.canary(layout, head_doc if isinstance(head_doc, Mapping) else None, plan)
-    canary_run = next((r for r in runs if r.kind == "canary"), None)
-    canary["run"] = (
-        {
-            "run_id": canary_run.run_id,
-            "state": canary_run.state,
-            "url": urls.airflow_run(ref.shard_dag_id, canary_run.run_id, base),
-        }
-        if canary_run
-        else None
-    )
+    canary = _canary(ref, head_doc, plan, runs, base)
     shard_total = desc.shard_count if desc else None
     row = _run_row(session, ref)
     breaker = run_docs.breaker(ref.artifact_root, head.get("image"), canary.get("digest"))
