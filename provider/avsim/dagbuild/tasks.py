@@ -6,6 +6,7 @@ scheduler; :mod:`avsim.dagbuild.weekly` wraps them as TaskFlow tasks.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Callable
@@ -50,20 +51,88 @@ def prepare_week(
     from avsim.manifest.bounded import load_manifest_bounded
     from avsim.manifest.policy import check_prepare, policy_from_settings
     from avsim.manifest.snapshot import write_snapshot
-    from avsim.plan.canary import select_canary
-    from avsim.plan.shards import CANARY_SHARD, planned_work
 
     # Parsed and validated in a child process with a memory and CPU ceiling (manifest/bounded.py):
     # a manifest built to exhaust the validator is refused there, and this worker keeps serving.
-    policy = policy_from_settings(settings)
     given = ManifestSource.of(source)  # a location, or the text pasted into the trigger's conf
-    source = given.name
-    loaded = load_manifest_bounded(given, policy)
+    loaded = load_manifest_bounded(given, policy_from_settings(settings))
     manifest = loaded.manifest
-    check_prepare(manifest, settings, source)  # the run's URI rules, limits and deadline (manifest/policy.py)
-    families = assign_families(manifest, plan)
+    check_prepare(
+        manifest, settings, given.name
+    )  # the run's URI rules, limits and deadline (manifest/policy.py)
     layout = RunLayout(settings.resolved_artifact_root, run_key_for(dag_id, run_id))
     snapshot = write_snapshot(loaded, layout)
+    cut = _cut_week(manifest, plan, settings, layout, pool_slots)
+    run = RunDescriptor(
+        run_key=layout.run_key,
+        artifact_root=layout.root,
+        dag_id=dag_id,
+        run_id=run_id,
+        manifest_source=given.name,
+        manifest_sha256=snapshot.sha256,
+        build_id=manifest.run.build.build_id,
+        image=manifest.run.build.image,
+        # The DAG's class decides priority and PriorityClass: an ad-hoc run of a weekly manifest is ad-hoc.
+        run_class=plan.run_class,
+        iso_week=manifest.run.iso_week,
+        case_count=len(manifest.cases),
+        shard_count=len(cut.shards),
+        canary_count=cut.canary_cases,
+        rerun_of=manifest.run.rerun_of,
+        shard_size=cut.shard_size,
+        admission=cut.admission,
+    ).to_json()
+    if plan.run_class == "weekly" and manifest.run.run_class.value == "weekly" and not manifest.run.rerun_of:
+        _record_week(layout, manifest, dag_id, run_id, snapshot.sha256)
+    canary = _canary_plan(cut, plan, manifest, run, run_id)
+    _log_week(manifest, cut, plan, snapshot.sha256)
+    # The shards' summaries, then the canary's: the run-level phases' inputs.
+    ordered = [*cut.shards, *([cut.canary_shard] if cut.canary_shard else [])]
+    shard_inputs = {f"shard_{s.index:05d}": layout.shard_dir(s.index) for s in ordered}
+    return {
+        "run": run,
+        # XCom ``canary``: the plan's JSON, ``{}`` for a week without a canary stage (contracts.week.canary_plan).
+        "canary": canary.to_json() if canary is not None else {},
+        "shards": [
+            {
+                "shard": s.index,
+                "trigger_run_id": shard_run_id(run_id, s.index),
+                "conf": ShardConf.model_validate({"run": run, "shard": s.index}).to_json(),
+            }
+            for s in cut.shards
+        ],
+        "shard_inputs": shard_inputs,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class _CutWeek:
+    """How ``prepare`` cut the week: its admission, shard size, canary shard and shards."""
+
+    admission: AdmissionPlan | None
+    shard_size: int
+    canary_shard: ShardPlan | None
+    shards: list[ShardPlan]
+    canary_cases: int
+
+    @property
+    def all_shards(self) -> list[ShardPlan]:
+        return ([self.canary_shard] if self.canary_shard else []) + self.shards
+
+
+def _cut_week(
+    manifest: Manifest,
+    plan: WeeklyPlan,
+    settings: AvsimSettings,
+    layout: RunLayout,
+    pool_slots: Callable[[], tuple[int | None, int | None]] | None,
+) -> _CutWeek:
+    """Pick the canary, decide admission and the shard size, write each shard's cases (once) and the
+    week's planned work."""
+    from avsim.plan.canary import select_canary
+    from avsim.plan.shards import planned_work
+
+    families = assign_families(manifest, plan)
     spec = manifest.run.canary
     canary_ix = (
         select_canary([c.id for c in manifest.cases], families, spec.share, spec.min_cases)
@@ -77,7 +146,8 @@ def prepare_week(
     if exists(first):  # a retry finds the week cut: shard 1 holds S cases (or all, when it is the only one)
         shard_size = ShardPlan.from_json(read_json(first)).case_count or shard_size
     canary_shard, shards = cut_shards(manifest, families, shard_size, canary_ix)
-    for shard in ([canary_shard] if canary_shard else []) + shards:
+    cut = _CutWeek(admission, shard_size, canary_shard, shards, len(canary_ix))
+    for shard in cut.all_shards:
         uri = layout.shard_cases(shard.index)
         if not exists(uri):
             write_json(uri, shard.to_json())
@@ -86,82 +156,61 @@ def prepare_week(
         layout.plan_uri,
         {**work, "canary_cases": len(canary_ix), "shards": len(shards), "shard_size": shard_size},
     )
-    run = RunDescriptor(
-        run_key=layout.run_key,
-        artifact_root=layout.root,
-        dag_id=dag_id,
-        run_id=run_id,
-        manifest_source=source,
-        manifest_sha256=snapshot.sha256,
-        build_id=manifest.run.build.build_id,
-        image=manifest.run.build.image,
-        # The DAG's class decides priority and PriorityClass: an ad-hoc run of a weekly manifest is ad-hoc.
-        run_class=plan.run_class,
-        iso_week=manifest.run.iso_week,
-        case_count=len(manifest.cases),
-        shard_count=len(shards),
-        canary_count=len(canary_ix),
-        rerun_of=manifest.run.rerun_of,
-        shard_size=shard_size,
-        admission=admission,
-    ).to_json()
-    if plan.run_class == "weekly" and manifest.run.run_class.value == "weekly" and not manifest.run.rerun_of:
-        write_json(
-            week_index_uri(layout.root, manifest.run.iso_week),
-            {
-                "run_key": layout.run_key,
-                "run_id": run_id,
-                "dag_id": dag_id,
-                "build_id": manifest.run.build.build_id,
-                "image": manifest.run.build.image,
-                "manifest_sha256": snapshot.sha256,
-                "prepared_at": dt.datetime.now(dt.UTC).isoformat(),
-            },
-        )
-    canary: CanaryPlan | None = None
-    if canary_shard is not None:
-        canary = CanaryPlan(
-            shard=CANARY_SHARD,
-            threshold=spec.max_failure_rate,
-            cases={
-                c["case_id"]: tuple(plan.family(fam).phase_names)
-                for fam, entries in canary_shard.by_family.items()
-                for c in entries
-            },
-            trigger_run_id=canary_run_id(run_id),
-            conf=ShardConf.model_validate({"run": run, "shard": CANARY_SHARD}),
-        )
+    return cut
+
+
+def _record_week(layout: RunLayout, manifest: Manifest, dag_id: str, run_id: str, sha256: str) -> None:
+    """The week index entry of this ISO week: the report compares the next week with it."""
+    write_json(
+        week_index_uri(layout.root, manifest.run.iso_week),
+        {
+            "run_key": layout.run_key,
+            "run_id": run_id,
+            "dag_id": dag_id,
+            "build_id": manifest.run.build.build_id,
+            "image": manifest.run.build.image,
+            "manifest_sha256": sha256,
+            "prepared_at": dt.datetime.now(dt.UTC).isoformat(),
+        },
+    )
+
+
+def _canary_plan(
+    cut: _CutWeek, plan: WeeklyPlan, manifest: Manifest, run: dict[str, Any], run_id: str
+) -> CanaryPlan | None:
+    from avsim.plan.shards import CANARY_SHARD
+
+    if cut.canary_shard is None:
+        return None
+    return CanaryPlan(
+        shard=CANARY_SHARD,
+        threshold=manifest.run.canary.max_failure_rate,
+        cases={
+            c["case_id"]: tuple(plan.family(fam).phase_names)
+            for fam, entries in cut.canary_shard.by_family.items()
+            for c in entries
+        },
+        trigger_run_id=canary_run_id(run_id),
+        conf=ShardConf.model_validate({"run": run, "shard": CANARY_SHARD}),
+    )
+
+
+def _log_week(manifest: Manifest, cut: _CutWeek, plan: WeeklyPlan, sha256: str) -> None:
+    admission = cut.admission
     log.info(
         "week %s: %d cases, canary %d, %d shards of at most %d, %s (build %s, manifest sha256 %s)",
         manifest.run.iso_week,
         len(manifest.cases),
-        len(canary_ix),
-        len(shards),
-        shard_size,
+        cut.canary_cases,
+        len(cut.shards),
+        cut.shard_size,
         f"admitted by cases in flight: target {admission.target} (pools: {admission.spot_gpus} spot GPUs, "
         f"{admission.cpus} CPU slots; configured {admission.configured or 'no'})"
         if admission
         else f"a window of {plan.max_active_shards} shard runs",
         manifest.run.build.build_id,
-        snapshot.sha256,
+        sha256,
     )
-    shard_inputs = {f"shard_{s.index:05d}": layout.shard_dir(s.index) for s in shards}
-    if canary_shard is not None:
-        shard_inputs[f"shard_{CANARY_SHARD:05d}"] = layout.shard_dir(CANARY_SHARD)
-    return {
-        "run": run,
-        # XCom ``canary``: the plan's JSON, ``{}`` for a week without a canary stage (contracts.week.canary_plan).
-        "canary": canary.to_json() if canary is not None else {},
-        "shards": [
-            {
-                "shard": s.index,
-                "trigger_run_id": shard_run_id(run_id, s.index),
-                "conf": ShardConf.model_validate({"run": run, "shard": s.index}).to_json(),
-            }
-            for s in shards
-        ],
-        "shard_inputs": shard_inputs,
-    }
 
 
 def week_admission(
