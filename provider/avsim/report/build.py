@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from avsim.artifacts import RunLayout
-from avsim.contracts.week import NOT_STARTED, ShardSummary
+from avsim.contracts.week import NOT_STARTED, CaseSummary, ShardSummary
 from avsim.phases.contract import ENDED, FAILURE_ORDER, NOT_RUN, Outcome, values
 from avsim.report.cases import case_row, parse_time
 from avsim.verdict import failing_phase
@@ -95,6 +95,51 @@ def duration_stats(values: Iterable[float]) -> dict[str, float | int]:
     }
 
 
+class _Tally:
+    """What the report counts over the week's cases, one case at a time."""
+
+    def __init__(self, head: dict[str, Any]) -> None:
+        self.head = head
+        self.totals: dict[str, int] = dict.fromkeys(CASE_OUTCOMES, 0)
+        self.overall: dict[str, dict[str, int]] = {}
+        self.by_graph: dict[str, dict[str, dict[str, int]]] = {}
+        self.durations: dict[str, list[float]] = {}
+        self.failed: list[dict[str, Any]] = []
+        self.attempts = {"total": 0, "phases": 0, "retried_phases": 0, "max_attempts": 0}
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, case: CaseSummary, shard: int) -> None:
+        outcome, graph = case.outcome_name, case.graph
+        self.totals[outcome] = self.totals.get(outcome, 0) + 1
+        for phase, entry in case.phases.items():
+            _count(self.overall, phase, entry.outcome_name)
+            _count(self.by_graph.setdefault(graph, {}), phase, entry.outcome_name)
+            n = entry.attempts
+            self.attempts["total"] += n
+            self.attempts["phases"] += 1 if n else 0
+            self.attempts["retried_phases"] += 1 if n > 1 else 0
+            self.attempts["max_attempts"] = max(self.attempts["max_attempts"], n)
+            if entry.outcome in ENDED and entry.duration_seconds is not None:  # the phase ran and ended
+                self.durations.setdefault(phase, []).append(entry.duration_seconds)
+        passed = case.outcome is Outcome.PASSED
+        failing = failing_phase(case) if not passed else ("", None)
+        self.rows.append(case_row(case, self.head, failing, shard))
+        if not passed:
+            phase, entry = failing
+            self.failed.append(
+                {
+                    "case_id": case.case_id,
+                    "graph": graph,
+                    "outcome": outcome,
+                    "phase": phase,
+                    "reason": entry.reason if entry else "",
+                    "attempt": entry.attempt if entry else None,
+                    "output_uri": entry.output_uri if entry else "",
+                    "shard": shard,
+                }
+            )
+
+
 def build_report(
     head: dict[str, Any],
     summaries: list[ShardSummary],
@@ -106,53 +151,15 @@ def build_report(
 ) -> dict[str, Any]:
     """The weekly report as a JSON-ready dict (see ``report.json``)."""
     run, build = _run_info(head)
-    totals: dict[str, int] = dict.fromkeys(CASE_OUTCOMES, 0)
-    overall: dict[str, dict[str, int]] = {}
-    by_graph: dict[str, dict[str, dict[str, int]]] = {}
-    durations: dict[str, list[float]] = {}
-    failed: list[dict[str, Any]] = []
-    attempts = {"total": 0, "phases": 0, "retried_phases": 0, "max_attempts": 0}
+    tally = _Tally(head)
     seen: set[str] = set()
-    rows: list[dict[str, Any]] = []
     for summary in sorted(summaries, key=lambda s: s.shard):
         for case in summary.cases:
-            cid = case.case_id
-            if cid in seen:  # a shard summarized twice (a rerun): count the case once
-                continue
-            seen.add(cid)
-            outcome, graph = case.outcome_name, case.graph
-            totals[outcome] = totals.get(outcome, 0) + 1
-            for phase, entry in case.phases.items():
-                p_out = entry.outcome_name
-                _count(overall, phase, p_out)
-                _count(by_graph.setdefault(graph, {}), phase, p_out)
-                n = entry.attempts
-                attempts["total"] += n
-                attempts["phases"] += 1 if n else 0
-                attempts["retried_phases"] += 1 if n > 1 else 0
-                attempts["max_attempts"] = max(attempts["max_attempts"], n)
-                seconds = entry.duration_seconds
-                if entry.outcome in ENDED and seconds is not None:  # the phase ran and ended
-                    durations.setdefault(phase, []).append(seconds)
-            passed = case.outcome is Outcome.PASSED
-            failing = failing_phase(case) if not passed else ("", None)
-            rows.append(case_row(case, head, failing, summary.shard))
-            if not passed:
-                phase, failed_entry = failing
-                failed.append(
-                    {
-                        "case_id": cid,
-                        "graph": graph,
-                        "outcome": outcome,
-                        "phase": phase,
-                        "reason": failed_entry.reason if failed_entry else "",
-                        "attempt": failed_entry.attempt if failed_entry else None,
-                        "output_uri": failed_entry.output_uri if failed_entry else "",
-                        "shard": summary.shard,
-                    }
-                )
-    failed.sort(key=lambda f: (_FAILURE_ORDER.get(f["outcome"], 9), f["graph"], f["case_id"]))
-    cases = sum(totals.values())
+            if case.case_id not in seen:  # a shard summarized twice (a rerun): count the case once
+                seen.add(case.case_id)
+                tally.add(case, summary.shard)
+    tally.failed.sort(key=lambda f: (_FAILURE_ORDER.get(f["outcome"], 9), f["graph"], f["case_id"]))
+    cases = sum(tally.totals.values())
     expected = run.get("case_count")
     stamp = generated_at.isoformat() if isinstance(generated_at, dt.datetime) else str(generated_at)
     return {
@@ -165,18 +172,18 @@ def build_report(
         "rerun": {"of": key} if (key := rerun_of(head)) else None,
         "totals": {
             "cases": cases,
-            **totals,
+            **tally.totals,
             "missing": max(0, int(expected) - cases) if isinstance(expected, int) else 0,
             "shards": len(summaries),
         },
-        "phase_outcomes": {"overall": overall, "by_graph": by_graph},
+        "phase_outcomes": {"overall": tally.overall, "by_graph": tally.by_graph},
         "run_phases": {str(k): getattr(v, "value", v) for k, v in run_phase_outcomes.items()},
-        "failed_cases": failed,
-        "attempts": attempts,
-        "durations": {phase: duration_stats(v) for phase, v in durations.items()},
-        "gpu_seconds": _gpu_seconds(rows),
-        "timeline": timeline(rows),
-        "cases": rows,
+        "failed_cases": tally.failed,
+        "attempts": tally.attempts,
+        "durations": {phase: duration_stats(v) for phase, v in tally.durations.items()},
+        "gpu_seconds": _gpu_seconds(tally.rows),
+        "timeline": timeline(tally.rows),
+        "cases": tally.rows,
     }
 
 
