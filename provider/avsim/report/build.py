@@ -125,16 +125,16 @@ class _Tally:
         failing = failing_phase(case) if not passed else ("", None)
         self.rows.append(case_row(case, self.head, failing, shard))
         if not passed:
-            phase, entry = failing
+            name, failed = failing
             self.failed.append(
                 {
                     "case_id": case.case_id,
                     "graph": graph,
                     "outcome": outcome,
-                    "phase": phase,
-                    "reason": entry.reason if entry else "",
-                    "attempt": entry.attempt if entry else None,
-                    "output_uri": entry.output_uri if entry else "",
+                    "phase": name,
+                    "reason": failed.reason if failed else "",
+                    "attempt": failed.attempt if failed else None,
+                    "output_uri": failed.output_uri if failed else "",
                     "shard": shard,
                 }
             )
