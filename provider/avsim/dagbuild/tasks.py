@@ -340,6 +340,20 @@ def _sweep_leftover_pods(run: RunDescriptor, case_ids: list[str], began: dt.date
         log.warning("deleted %d leftover phase pod(s) of this shard: %s", len(swept), ", ".join(swept))
 
 
+def _summary_cases(shard: ShardPlan, plan: WeeklyPlan) -> list[dict[str, Any]]:
+    """The shard's cases as the summary reads them: id, graph, phases and their dependencies."""
+    cases = []
+    for fam, entries in shard.by_family.items():
+        family = plan.family(fam)
+        depends_on = {p.name: list(p.upstream) for p in family.phases}
+        phases = list(family.phase_names)
+        cases += [
+            {"case_id": c["case_id"], "graph": fam, "phases": phases, "depends_on": depends_on}
+            for c in entries
+        ]
+    return cases
+
+
 def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
     """A shard run's last task (runs whatever happened): write the shard's summary to the ledger.
 
@@ -356,19 +370,7 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
         raise RunRejected(str(exc)) from None
     layout = checked.run.layout
     shard = ShardPlan.from_json(read_json(layout.shard_cases(checked.shard)))
-    cases = []
-    for fam, entries in shard.by_family.items():
-        family = plan.family(fam)
-        depends_on = {p.name: list(p.upstream) for p in family.phases}
-        for c in entries:
-            cases.append(
-                {
-                    "case_id": c["case_id"],
-                    "graph": fam,
-                    "phases": list(family.phase_names),
-                    "depends_on": depends_on,
-                }
-            )
+    cases = _summary_cases(shard, plan)
     _sweep_leftover_pods(checked.run, [c["case_id"] for c in cases], began)
     ledger = Ledger(layout)
     summary = summarize_shard(ledger, shard.index, cases)

@@ -34,6 +34,21 @@ def previous_iso_week(iso_week: str) -> str | None:
     return f"{year}-W{week:02d}"
 
 
+def _entry(row: Mapping[str, Any], before: Mapping[str, Any], matched_by: str) -> dict[str, Any]:
+    """A case of this week beside its match of last week, as the comparison lists it."""
+    return {
+        "case_id": str(row.get("case_id")),
+        "previous_case_id": str(before.get("case_id")),
+        "scenario_uri": str(row.get("scenario_uri") or "") or str(before.get("scenario_uri") or ""),
+        "graph": str(row.get("graph") or ""),
+        "outcome": str(row.get("outcome") or ""),
+        "previous_outcome": str(before.get("outcome") or ""),
+        "failing_phase": str(row.get("failing_phase") or ""),
+        "reason": str(row.get("reason") or ""),
+        "matched_by": matched_by,
+    }
+
+
 def compare_cases(
     current: Sequence[Mapping[str, Any]], previous: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
@@ -61,17 +76,7 @@ def compare_cases(
         counts[f"by_{matched_by}"] += 1
         now_ok = row.get("outcome") == Outcome.PASSED.value
         was_ok = before.get("outcome") == Outcome.PASSED.value
-        entry = {
-            "case_id": cid,
-            "previous_case_id": str(before.get("case_id")),
-            "scenario_uri": uri or str(before.get("scenario_uri") or ""),
-            "graph": str(row.get("graph") or ""),
-            "outcome": str(row.get("outcome") or ""),
-            "previous_outcome": str(before.get("outcome") or ""),
-            "failing_phase": str(row.get("failing_phase") or ""),
-            "reason": str(row.get("reason") or ""),
-            "matched_by": matched_by,
-        }
+        entry = _entry(row, before, matched_by)
         if was_ok and not now_ok:
             newly_failing.append(entry)
         elif now_ok and not was_ok:
