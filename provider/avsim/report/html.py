@@ -341,19 +341,17 @@ def _verdict(report: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def render_html(report: Mapping[str, Any], lead: str = "") -> str:
-    """The page for ``report`` (as built by :func:`avsim.report.build.build_report`); ``lead``: HTML
-    of a section the page opens with (the week's triage, :mod:`avsim.triage.html`)."""
+def _title(report: Mapping[str, Any]) -> str:
     run: Mapping[str, Any] = report.get("run") or {}
-    build: Mapping[str, Any] = report.get("build") or {}
-    totals: Mapping[str, Any] = report.get("totals") or {}
-    phases: Mapping[str, Any] = report.get("phase_outcomes") or {}
-    attempts: Mapping[str, Any] = report.get("attempts") or {}
-    gpu: Mapping[str, Any] = report.get("gpu_seconds") or {}
-    csv_name = str((report.get("files") or {}).get("csv") or "")
-    title = (
+    return (
         f"avsim weekly report: {run.get('name') or report.get('run_id')} {run.get('iso_week') or ''}".strip()
     )
+
+
+def _meta(report: Mapping[str, Any]) -> str:
+    """The line under the title: the week, its build, its run, when the report was written."""
+    run: Mapping[str, Any] = report.get("run") or {}
+    build: Mapping[str, Any] = report.get("build") or {}
     meta = [
         ("week", run.get("iso_week")),
         ("run class", run.get("run_class")),
@@ -365,7 +363,18 @@ def render_html(report: Mapping[str, Any], lead: str = "") -> str:
         ("manifest sha256", report.get("manifest_sha256")),
         ("generated", report.get("generated_at")),
     ]
-    meta_html = " · ".join(f"{escape(k)} <code>{escape(_fmt(v))}</code>" for k, v in meta if v)
+    return " · ".join(f"{escape(k)} <code>{escape(_fmt(v))}</code>" for k, v in meta if v)
+
+
+def render_html(report: Mapping[str, Any], lead: str = "") -> str:
+    """The page for ``report`` (as built by :func:`avsim.report.build.build_report`); ``lead``: HTML
+    of a section the page opens with (the week's triage, :mod:`avsim.triage.html`)."""
+    totals: Mapping[str, Any] = report.get("totals") or {}
+    phases: Mapping[str, Any] = report.get("phase_outcomes") or {}
+    attempts: Mapping[str, Any] = report.get("attempts") or {}
+    gpu: Mapping[str, Any] = report.get("gpu_seconds") or {}
+    csv_name = str((report.get("files") or {}).get("csv") or "")
+    title, meta_html = _title(report), _meta(report)
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
