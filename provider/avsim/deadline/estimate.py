@@ -189,6 +189,62 @@ def remaining_paths(phases: tuple[PhaseWork, ...]) -> dict[str, float]:
     return {p.task_id: path(p.task_id, frozenset()) for p in phases}
 
 
+@dataclass
+class _Left:
+    """What is left of the run's planned work, summed over its phases."""
+
+    gpu_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    path_seconds: float = 0.0
+    gpus_in_use: int = 0
+    gpu_waiting: int = 0
+    cases: int = 0
+    phases: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def _left(planned: PlannedWork, progress: Mapping[str, PhaseProgress]) -> _Left:
+    paths = remaining_paths(planned.phases)
+    out = _Left()
+    left_by_family: dict[str, int] = {}
+    for p in planned.phases:
+        prog = progress.get(p.task_id, PhaseProgress())
+        left = max(0, p.cases - prog.finished)
+        active = min(prog.active, left)
+        not_started = left - active
+        units = not_started + 0.5 * active
+        if p.gpus:
+            out.gpu_seconds += units * p.gpus * p.estimated_seconds
+            out.gpus_in_use += active * p.gpus
+            out.gpu_waiting += prog.waiting
+        else:
+            out.cpu_seconds += units * p.estimated_seconds
+        if left:
+            half = 0.5 * p.estimated_seconds if not_started == 0 else 0.0
+            out.path_seconds = max(out.path_seconds, paths[p.task_id] - half)
+        family = p.task_id.split(".", 1)[0]
+        left_by_family[family] = max(left_by_family.get(family, 0), left)  # a case is left while any phase is
+        out.phases[p.task_id] = {
+            "planned": p.cases,
+            "finished": prog.finished,
+            "active": prog.active,
+            "waiting": prog.waiting,
+        }
+    out.cases = sum(left_by_family.values())
+    return out
+
+
+def _reason(seconds_late: float, path_left: float, capacity: int, gpus_needed: int | None) -> str:
+    if seconds_late <= 0:
+        return f"on track: {-seconds_late / 3600:.1f} h ahead of the deadline"
+    if gpus_needed is None:
+        return (
+            f"late by {seconds_late / 3600:.1f} h and the longest path left ({path_left / 3600:.1f} h) "
+            "alone passes the deadline: more GPUs cannot make it"
+        )
+    # late, and the GPU-bound time is what passes the deadline
+    return f"late by {seconds_late / 3600:.1f} h on {capacity} GPUs; {gpus_needed} GPUs would make it"
+
+
 def estimate_finish(
     planned: PlannedWork,
     progress: Mapping[str, PhaseProgress],
@@ -201,50 +257,20 @@ def estimate_finish(
     ``gpu_capacity``: GPUs known to be available (e.g. the pools' slots); the estimate uses the
     larger of it and the GPUs in use, so it can be given before the first GPU phase starts.
     """
-    paths = remaining_paths(planned.phases)
-    gpu_left = cpu_left = 0.0
-    path_left = 0.0
-    gpus_in_use = 0
-    gpu_waiting = 0
-    left_by_family: dict[str, int] = {}
-    phases: dict[str, dict[str, int]] = {}
-    for p in planned.phases:
-        prog = progress.get(p.task_id, PhaseProgress())
-        left = max(0, p.cases - prog.finished)
-        active = min(prog.active, left)
-        not_started = left - active
-        units = not_started + 0.5 * active
-        if p.gpus:
-            gpu_left += units * p.gpus * p.estimated_seconds
-            gpus_in_use += active * p.gpus
-            gpu_waiting += prog.waiting
-        else:
-            cpu_left += units * p.estimated_seconds
-        if left:
-            half = 0.5 * p.estimated_seconds if not_started == 0 else 0.0
-            path_left = max(path_left, paths[p.task_id] - half)
-        family = p.task_id.split(".", 1)[0]
-        left_by_family[family] = max(left_by_family.get(family, 0), left)  # a case is left while any phase is
-        phases[p.task_id] = {
-            "planned": p.cases,
-            "finished": prog.finished,
-            "active": prog.active,
-            "waiting": prog.waiting,
-        }
-    capacity = max(gpus_in_use, gpu_capacity)
-    cases_left = sum(left_by_family.values())
+    left = _left(planned, progress)
+    capacity = max(left.gpus_in_use, gpu_capacity)
     common = {
         "at": now,
         "deadline": planned.deadline,
-        "gpus_in_use": gpus_in_use,
-        "gpu_bound": gpu_waiting > 0,
-        "remaining_gpu_seconds": round(gpu_left, 3),
-        "remaining_cpu_seconds": round(cpu_left, 3),
-        "remaining_path_seconds": round(path_left, 3),
-        "cases_left": cases_left,
-        "phases": phases,
+        "gpus_in_use": left.gpus_in_use,
+        "gpu_bound": left.gpu_waiting > 0,
+        "remaining_gpu_seconds": round(left.gpu_seconds, 3),
+        "remaining_cpu_seconds": round(left.cpu_seconds, 3),
+        "remaining_path_seconds": round(left.path_seconds, 3),
+        "cases_left": left.cases,
+        "phases": left.phases,
     }
-    if gpu_left > 0 and capacity == 0:
+    if left.gpu_seconds > 0 and capacity == 0:
         return Estimate(
             estimated_finish=None,
             seconds_late=None,
@@ -252,26 +278,17 @@ def estimate_finish(
             reason="no GPU phase is running yet, so there is no GPU capacity to estimate from",
             **common,  # type: ignore[arg-type]
         )
-    gpu_time = gpu_left / capacity if gpu_left else 0.0
-    finish = now + dt.timedelta(seconds=max(gpu_time, path_left))
+    gpu_time = left.gpu_seconds / capacity if left.gpu_seconds else 0.0
+    finish = now + dt.timedelta(seconds=max(gpu_time, left.path_seconds))
     seconds_late = (finish - planned.deadline).total_seconds()
     time_left = (planned.deadline - now).total_seconds()
     gpus_needed: int | None = None
-    if time_left > path_left:
-        gpus_needed = math.ceil(gpu_left / time_left) if gpu_left else 0
-    if seconds_late <= 0:
-        reason = f"on track: {-seconds_late / 3600:.1f} h ahead of the deadline"
-    elif gpus_needed is None:
-        reason = (
-            f"late by {seconds_late / 3600:.1f} h and the longest path left ({path_left / 3600:.1f} h) "
-            "alone passes the deadline: more GPUs cannot make it"
-        )
-    else:  # late, and the GPU-bound time is what passes the deadline
-        reason = f"late by {seconds_late / 3600:.1f} h on {capacity} GPUs; {gpus_needed} GPUs would make it"
+    if time_left > left.path_seconds:
+        gpus_needed = math.ceil(left.gpu_seconds / time_left) if left.gpu_seconds else 0
     return Estimate(
         estimated_finish=finish,
         seconds_late=round(seconds_late, 3),
         gpus_needed=gpus_needed,
-        reason=reason,
+        reason=_reason(seconds_late, left.path_seconds, capacity, gpus_needed),
         **common,  # type: ignore[arg-type]
     )
