@@ -135,6 +135,7 @@ def test_the_breaker_and_the_canary_gate_skip_a_storage_outage() -> None:
     fed: list[bool] = []
     b = _books()
     b.__dict__["breaker"] = SimpleNamespace(record=lambda bad, where: fed.append(bad) and False)
+    b.__dict__["descriptor"] = SimpleNamespace(triage_of=None)  # the week's own attempts
     b.args.node_class, b.args.is_run_level = "gpu-spot", False
     b.meter = SimpleNamespace(phase_outcome=lambda *a: None, gpu_seconds=lambda *a: None)
     b._measure(rec("c1", Detail.STORAGE_UNAVAILABLE), gpus=1)
