@@ -26,7 +26,9 @@ machines the writers run on:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import enum
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +54,61 @@ R = TypeVar("R")
 class AttemptSuperseded(AvsimError):
     """An attempt's end was reported after a newer try took its phase over (a claimed newer attempt,
     or this attempt recorded as abandoned): nothing of it is recorded, counted or committed."""
+
+
+class CommitKind(enum.Enum):
+    """What a commit does with the (case, phase)'s committed record (:func:`commit_rule`)."""
+
+    FIRST = "first"  # nothing was committed: this is
+    DUPLICATE = "duplicate"  # this attempt is committed already
+    LATE = "late"  # a newer attempt is committed
+    RESULT_KEPT = "result_kept"  # an earlier attempt's result is committed: the first result wins
+    REPLACES = "replaces"  # an earlier attempt's failure is replaced
+
+
+@dataclasses.dataclass(frozen=True)
+class CommitDecision:
+    kind: CommitKind
+    existing: OutcomeRecord | None = None
+
+    @property
+    def writes(self) -> bool:
+        return self.kind in (CommitKind.FIRST, CommitKind.REPLACES)
+
+
+def commit_rule(existing: OutcomeRecord | None, rec: OutcomeRecord) -> CommitDecision:
+    """The commit rule: the first record, or a newer attempt's over an earlier failure (a run-level
+    phase's over an earlier result too); never an older attempt's, never over a result."""
+    if existing is None:
+        return CommitDecision(CommitKind.FIRST)
+    if existing.attempt == rec.attempt:
+        return CommitDecision(CommitKind.DUPLICATE, existing)
+    if existing.attempt > rec.attempt:
+        return CommitDecision(CommitKind.LATE, existing)
+    if existing.outcome.produced_output and not is_run_level(rec.case_id):
+        return CommitDecision(CommitKind.RESULT_KEPT, existing)
+    return CommitDecision(CommitKind.REPLACES, existing)
+
+
+def _log_commit(where: str, rec: OutcomeRecord, decision: CommitDecision) -> None:
+    old = decision.existing
+    was = f"attempt {old.attempt} ({old.outcome.value})" if old is not None else ""
+    now = f"attempt {rec.attempt} ({rec.outcome.value})"
+    if decision.kind is CommitKind.FIRST:
+        log.info("%s: committed attempt %d as %s", where, rec.attempt, rec.outcome.value)
+    elif decision.kind is CommitKind.DUPLICATE:
+        log.info("%s: attempt %d is already committed; duplicate report ignored", where, rec.attempt)
+    elif decision.kind is CommitKind.LATE:
+        log.warning("%s: late report from abandoned %s ignored; %s is committed", where, now, was)
+    elif decision.kind is CommitKind.RESULT_KEPT:
+        log.warning(
+            "%s: %s not committed: %s's result is committed and the first committed result wins",
+            where,
+            now,
+            was,
+        )
+    else:
+        log.info("%s: %s replaces committed %s", where, now, was)
 
 
 class Ledger:
@@ -216,71 +273,18 @@ class Ledger:
                 current,
             )
             return False
-        verdict: list[str] = []
-
-        final: list[OutcomeRecord] = []
+        decided: list[CommitDecision] = []
 
         def decide(existing_doc: Any | None) -> dict[str, Any] | None:
-            verdict.clear()
-            final.clear()
-            if existing_doc is None:
-                verdict.append("first")
-                final.append(rec)
-                return rec.to_json()
-            existing = OutcomeRecord.from_json(existing_doc)
-            final.append(existing)
-            if existing.attempt == rec.attempt:
-                verdict.append("duplicate")
-                return None
-            if existing.attempt > rec.attempt:
-                verdict.extend(["late", str(existing.attempt), existing.outcome.value])
-                return None
-            if existing.outcome.produced_output and not is_run_level(rec.case_id):
-                verdict.extend(["result_kept", str(existing.attempt), existing.outcome.value])
-                return None
-            verdict.extend(["replaces", str(existing.attempt), existing.outcome.value])
-            final[:] = [rec]
-            return rec.to_json()
+            existing = None if existing_doc is None else OutcomeRecord.from_json(existing_doc)
+            decided[:] = [commit_rule(existing, rec)]
+            return rec.to_json() if decided[0].writes else None
 
         self.documents.update(self.layout.outcome_record(rec.case_id, rec.phase), decide)
-        self._seen(final[0])
-        kind = verdict[0]
-        if kind == "first":
-            log.info("%s: committed attempt %d as %s", where, rec.attempt, rec.outcome.value)
-            return True
-        if kind == "duplicate":
-            log.info("%s: attempt %d is already committed; duplicate report ignored", where, rec.attempt)
-            return False
-        if kind == "late":
-            log.warning(
-                "%s: late report from abandoned attempt %d (%s) ignored; attempt %s is committed (%s)",
-                where,
-                rec.attempt,
-                rec.outcome.value,
-                verdict[1],
-                verdict[2],
-            )
-            return False
-        if kind == "result_kept":
-            log.warning(
-                "%s: attempt %d (%s) not committed: attempt %s's result (%s) is committed and the first "
-                "committed result wins",
-                where,
-                rec.attempt,
-                rec.outcome.value,
-                verdict[1],
-                verdict[2],
-            )
-            return False
-        log.info(
-            "%s: attempt %d (%s) replaces committed attempt %s (%s)",
-            where,
-            rec.attempt,
-            rec.outcome.value,
-            verdict[1],
-            verdict[2],
-        )
-        return True
+        decision = decided[0]
+        self._seen(rec if decision.writes or decision.existing is None else decision.existing)
+        _log_commit(where, rec, decision)
+        return decision.writes
 
     def outcomes_for(
         self, case_ids: Iterable[str], phases: Iterable[str]
