@@ -101,6 +101,30 @@ def test_a_shards_task_waiting_for_its_turn_weighs_less_than_every_phase_of_its_
             assert shards == WEEKLY_BASE
 
 
+def test_the_plans_weights_are_those_the_scheduler_gives_a_current_weeks_shard_run(dagbag) -> None:
+    """What the plan says a phase weighs (a shard run of its run class in the current week) is what
+    Airflow gives its new task instance through the strategy; the canary's shard run weighs more."""
+    from avsim.artifacts import canary_run_id, shard_run_id
+    from avsim.dagbuild.factory import load_plan
+    from avsim.manifest.models import RunClass
+    from avsim.plan.priority_rule import CANARY_BASE
+
+    for shard_dag, run_class in (
+        ("avsim_weekly_shard", RunClass.WEEKLY),
+        ("avsim_adhoc_shard", RunClass.ADHOC),
+    ):
+        plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml", run_class=run_class)
+        for fam in plan.families:
+            ph = fam.phases[0]
+            task_id = f"{fam.group_id}.{ph.name}"
+            assert (
+                _new_ti_weight(dagbag.dags[shard_dag], task_id, shard_run_id("manual__w", 1))
+                == ph.priority_weight
+            )
+            canary = _new_ti_weight(dagbag.dags[shard_dag], task_id, canary_run_id("manual__w"))
+            assert canary == CANARY_BASE + ph.path_weight > ph.priority_weight
+
+
 def test_adhoc_dags_share_the_pools_below_the_weekly_run(dagbag) -> None:
     from avsim.priority import ADHOC_BASE, WEEKLY_BASE
 

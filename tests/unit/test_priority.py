@@ -186,27 +186,28 @@ def test_the_path_part_never_crosses_a_run_class() -> None:
     assert critical_path_priority(WEEKLY_BASE, MAX_PATH_WEIGHT * 3) < CANARY_BASE
     assert critical_path_priority(WEEKLY_BASE, -5) == WEEKLY_BASE
     assert path_weight(1) == 1 and path_weight(61) == 2 and path_weight(10**9) == MAX_PATH_WEIGHT
-    assert run_base("weekly", "x__canary") == run_base("adhoc", "x__canary") == CANARY_BASE
-    assert run_base("adhoc", None) == ADHOC_BASE
+    assert run_base(RunClass.WEEKLY, "x__canary") == run_base(RunClass.ADHOC, "x__canary") == CANARY_BASE
+    assert run_base(RunClass.ADHOC, None) == ADHOC_BASE
 
 
 # -- a repair of an earlier week while a later week runs (issue 31 item 9) ---------------------------
 
 
 def test_an_earlier_weeks_phases_rank_between_this_week_and_adhoc_whatever_their_paths() -> None:
-    from avsim.priority import EARLIER_WEEK_BASE, EARLIER_WEEK_MAX_PATH, week_base
+    from avsim.plan.priority_rule import priority
+    from avsim.priority import EARLIER_WEEK_BASE, EARLIER_WEEK_MAX_PATH
 
-    earlier = [critical_path_priority(*_with(week_base(WEEKLY_BASE, True), p)) for p in (0, 39, 10**6)]
-    canary_earlier = [critical_path_priority(*_with(week_base(CANARY_BASE, True), p)) for p in (0, 10**6)]
-    this_week = critical_path_priority(*_with(week_base(WEEKLY_BASE, False), 0))
-    adhoc_top = critical_path_priority(ADHOC_BASE, 10**6)
+    weekly, adhoc = RunClass.WEEKLY, RunClass.ADHOC
+    earlier = [priority(weekly, p, "w__shard_0001", earlier_week=True) for p in (0, 39, 10**6)]
+    canary_earlier = [priority(weekly, p, "w__canary", earlier_week=True) for p in (0, 10**6)]
+    this_week = priority(weekly, 0, "w__shard_0001")
+    adhoc_top = priority(adhoc, 10**6, "a__shard_0001", earlier_week=True)  # ad-hoc runs have no week
+    assert adhoc_top == ADHOC_BASE + MAX_PATH_WEIGHT
     assert adhoc_top < min(earlier + canary_earlier) and max(earlier + canary_earlier) < this_week
     assert earlier[0] == EARLIER_WEEK_BASE and earlier[-1] == EARLIER_WEEK_BASE + EARLIER_WEEK_MAX_PATH
     assert earlier[1] == EARLIER_WEEK_BASE + 39  # the path still orders an earlier week's own phases
-
-
-def _with(base_cap: tuple[int, int], path: int) -> tuple[int, int, int]:
-    return base_cap[0], path, base_cap[1]
+    # A triage run ranks at the ad-hoc base whatever its week: an earlier week's base never lifts it.
+    assert priority(weekly, 39, "w__triage_1_this_1", earlier_week=True) == ADHOC_BASE + 39
 
 
 def test_which_run_is_an_earlier_week() -> None:

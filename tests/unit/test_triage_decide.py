@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from avsim.manifest.models import PhaseSpec
+from avsim.manifest.models import PhaseSpec, RunClass
 from avsim.phases.contract import Outcome
 from avsim.plan.build import family_plan
 from avsim.plan.model import WeeklyPlan
@@ -153,10 +153,8 @@ PHASES = {
     "render": spec("gpu", 600, "simulate"),
     "report": spec("cpu", 60, "evaluate", "render"),
 }
-FAMILY = family_plan("driving", PHASES, AvsimSettings(), 1000)
-PLAN = WeeklyPlan(
-    families=(FAMILY,), run_phases=(), pools=(), shard_size=10, max_active_shards=1, base_priority=1000
-)
+FAMILY = family_plan("driving", PHASES, AvsimSettings(), RunClass.ADHOC)
+PLAN = WeeklyPlan(families=(FAMILY,), run_phases=(), pools=(), shard_size=10, max_active_shards=1)
 
 
 def test_a_rerun_costs_the_failing_phase_and_its_downstream() -> None:

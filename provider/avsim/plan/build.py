@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 from avsim.errors import ConfigError
-from avsim.manifest.models import DEFAULT_BASE_PRIORITY, PhaseSpec, ResourceClass, RunClass
+from avsim.manifest.models import PhaseSpec, ResourceClass, RunClass
 from avsim.plan.catalog import GraphCatalog, shape_fingerprint
 from avsim.plan.graph import remaining_path, topological_order
 from avsim.plan.model import ON_DEMAND_SUFFIX, FamilyPlan, PhasePlan, PoolPlan, RunPhasePlan, WeeklyPlan
+from avsim.plan.priority_rule import path_weight, priority
 from avsim.settings import AvsimSettings
-
-#: Weight added per minute of remaining critical path, capped so the path part stays
-#: below the gap between run-class bases: a weekly phase always outranks an ad-hoc one.
-WEIGHT_PER_MINUTE = 1
-MAX_PATH_WEIGHT = 5_000
 
 
 def pools_for(settings: AvsimSettings) -> tuple[PoolPlan, ...]:
@@ -30,11 +24,6 @@ def pools_for(settings: AvsimSettings) -> tuple[PoolPlan, ...]:
     )
 
 
-def phase_weight(base: int, remaining_seconds: float) -> int:
-    """Base of the run class plus the case's remaining critical path from this phase, in minutes."""
-    return base + min(MAX_PATH_WEIGHT, WEIGHT_PER_MINUTE * max(1, math.ceil(remaining_seconds / 60.0)))
-
-
 def queue_for(resource_class: ResourceClass, settings: AvsimSettings) -> str:
     """The executor queue of a phase of this resource class: GPU and CPU phases go to different
     Celery queues, so each runs on a machine of its kind ("" leaves the executor's default queue)."""
@@ -47,7 +36,9 @@ def _pool_and_slots(spec: PhaseSpec, settings: AvsimSettings) -> tuple[str, int]
     return settings.cpu_pool, 1
 
 
-def family_plan(name: str, phases: dict[str, PhaseSpec], settings: AvsimSettings, base: int) -> FamilyPlan:
+def family_plan(
+    name: str, phases: dict[str, PhaseSpec], settings: AvsimSettings, run_class: RunClass
+) -> FamilyPlan:
     clash = sorted(n for n in phases if n.endswith(ON_DEMAND_SUFFIX))
     if clash:
         raise ConfigError(
@@ -79,8 +70,8 @@ def family_plan(name: str, phases: dict[str, PhaseSpec], settings: AvsimSettings
                 max_retry_delay_seconds=spec.retry.max_delay_seconds,
                 checkpoint=spec.checkpoint,
                 remaining_critical_path_seconds=remaining[pname],
-                priority_weight=phase_weight(base, remaining[pname]),
-                path_weight=phase_weight(0, remaining[pname]),
+                priority_weight=priority(run_class, path_weight(remaining[pname])),
+                path_weight=path_weight(remaining[pname]),
                 preemption_retries=spec.retry.preemption,
                 preemption_delay_seconds=spec.retry.preemption_delay_seconds,
                 on_demand_after_preemptions=spec.retry.on_demand_after_preemptions,
@@ -101,9 +92,8 @@ def family_plan(name: str, phases: dict[str, PhaseSpec], settings: AvsimSettings
 def build_plan(
     catalog: GraphCatalog, settings: AvsimSettings, run_class: RunClass = RunClass.WEEKLY
 ) -> WeeklyPlan:
-    base = DEFAULT_BASE_PRIORITY[run_class]
     families = tuple(
-        family_plan(name, dict(graph.phases), settings, base) for name, graph in catalog.graphs.items()
+        family_plan(name, dict(graph.phases), settings, run_class) for name, graph in catalog.graphs.items()
     )
     rdeps = {n: list(p.depends_on) for n, p in catalog.run_phases.items()}
     run_phases = []
@@ -120,11 +110,12 @@ def build_plan(
                 upstream=tuple(spec.depends_on),
                 pool=pool,
                 pool_slots=max(1, spec.resources.gpus),
+                gpus=spec.resources.gpus,
                 timeout_seconds=spec.timeout_seconds,
                 retries=spec.retry.infrastructure + spec.retry.preemption,
                 retry_delay_seconds=spec.retry.delay_seconds,
-                # After every case: nothing is behind it, so it only needs the base.
-                priority_weight=base + 1,
+                retry_backoff=spec.retry.backoff,
+                max_retry_delay_seconds=spec.retry.max_delay_seconds,
                 queue=queue_for(spec.resources.resource_class, settings),
             )
         )
@@ -134,6 +125,5 @@ def build_plan(
         pools=pools_for(settings),
         shard_size=settings.shard_size,
         max_active_shards=settings.max_active_shards,
-        base_priority=base,
-        run_class=run_class.value,
+        run_class=run_class,
     )

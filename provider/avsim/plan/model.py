@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from avsim.manifest.models import RunClass
+
 #: The on-demand twin of a GPU phase's task is named ``<phase>_on_demand``.
 ON_DEMAND_SUFFIX = "_on_demand"
 
@@ -41,7 +43,8 @@ class PhasePlan:
     checkpoint: bool
     #: Estimated seconds from this phase's start to the end of its case (this phase included).
     remaining_critical_path_seconds: float
-    #: The weight of the phase in its run class: base + path (what the scheduler ends up using).
+    #: Its weight in a shard run of the plan's run class in the current week (the rule of
+    #: :mod:`avsim.plan.priority_rule`); a canary's, a triage or an earlier week's run weighs it otherwise.
     priority_weight: int
     #: The path part alone: what the task carries as ``priority_weight`` for the weight strategy.
     path_weight: int = 1
@@ -95,13 +98,16 @@ class RunPhasePlan:
     upstream: tuple[str, ...]
     pool: str
     pool_slots: int
+    gpus: int
     timeout_seconds: float
+    #: The task's retries: the infrastructure and the preemption budgets together.
     retries: int
     retry_delay_seconds: float
-    #: Its weight in its run class: base + 1 (nothing is behind it).
-    priority_weight: int
+    retry_backoff: float
+    max_retry_delay_seconds: float
     queue: str = ""
-    #: The path part alone, what the task carries for the weight strategy (as a phase's).
+    #: The path part, what the task carries for the weight strategy (as a phase's): the least, since
+    #: nothing of its run is behind it.
     path_weight: int = 1
 
 
@@ -114,8 +120,7 @@ class WeeklyPlan:
     pools: tuple[PoolPlan, ...]
     shard_size: int
     max_active_shards: int
-    base_priority: int
-    run_class: str = "weekly"
+    run_class: RunClass = RunClass.WEEKLY
     notes: tuple[str, ...] = field(default=())
 
     def family(self, name: str) -> FamilyPlan:

@@ -108,7 +108,7 @@ class _Simulation:
     """The flattened run: one entry per task in parallel lists, indexed by task number."""
 
     def __init__(self, workload: Workload, capacity: Capacity, options: SimOptions) -> None:
-        from avsim.priority import phase_priority
+        from avsim.plan.priority_rule import phase_priority
 
         self.capacity = capacity
         self.options = options

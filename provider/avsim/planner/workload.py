@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from avsim.manifest.models import Manifest, PhaseSpec, ResourceClass, RetrySpec, RunPhaseSpec
+from avsim.manifest.models import Manifest, PhaseSpec, ResourceClass, RetrySpec, RunClass, RunPhaseSpec
 from avsim.plan.admission import CaseLoad, PhaseLoad
 from avsim.plan.catalog import shape_fingerprint
 from avsim.plan.graph import remaining_path, topological_order
@@ -61,7 +61,7 @@ class Workload:
     cases: tuple[CaseWork, ...]
     #: Run-level phases (the weekly summary): after every shard, in a topological order.
     run_phases: tuple[PhaseWork, ...] = ()
-    run_class: str = "weekly"
+    run_class: RunClass = RunClass.WEEKLY
     #: The run's deadline (from the manifest), if known.
     deadline: dt.datetime | None = None
     iso_week: str | None = None
@@ -237,7 +237,7 @@ def workload_from_manifest(manifest: Manifest) -> Workload:
     return Workload(
         cases=tuple(cases),
         run_phases=run_phases,
-        run_class=manifest.run.run_class.value,
+        run_class=manifest.run.run_class,
         deadline=manifest.run.deadline,
         iso_week=manifest.run.iso_week,
     )

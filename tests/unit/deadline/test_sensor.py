@@ -59,12 +59,11 @@ def _deferred(call: Any) -> DeadlineTrackerTrigger:
 def test_built_from_the_plan_and_settings(tmp_path: Path) -> None:
     settings = AvsimSettings(deadline=DeadlineSettings(interval_seconds=120, default_hours=100))
     sensor = _sensor(tmp_path, settings)
+    from avsim.plan.priority_rule import WEEKLY_BASE
     from avsim.retries import CONTROL_RETRIES
 
     assert sensor.task_id == "deadline_tracker" and sensor.retries == CONTROL_RETRIES
-    assert (
-        sensor.priority_weight == 2 * load_plan(ROOT / "dags" / "avsim_graphs.yaml", settings).base_priority
-    )
+    assert sensor.priority_weight == 2 * WEEKLY_BASE  # bookkeeping: above every phase of the week
     assert sensor.phases["standard.simulate"]["twin"] == "standard.simulate_on_demand"
     assert not sensor.scaling.enabled
     trigger = _deferred(lambda: sensor.execute({}))

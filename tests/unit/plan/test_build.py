@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from avsim.errors import ManifestError
-from avsim.manifest.models import Manifest
-from avsim.plan.build import build_plan, phase_weight
+from avsim.manifest.models import Manifest, RunClass
+from avsim.plan.build import build_plan
 from avsim.plan.catalog import load_catalog, parse_catalog, shape_fingerprint
 from avsim.plan.graph import CycleError, find_cycle, remaining_path, topological_order
 from avsim.plan.shards import ShardPlan, assign_families, cut_shards
@@ -66,8 +66,36 @@ def test_deployed_catalog_builds_a_plan() -> None:
 
 
 def test_weekly_weights_stay_above_adhoc() -> None:
+    from avsim.plan.priority_rule import ADHOC_BASE, WEEKLY_BASE, path_weight, phase_priority
+
     # A week-long remaining path still leaves a weekly phase above any ad-hoc one.
-    assert phase_weight(1_000, 7 * 24 * 3600) < phase_weight(10_000, 1)
+    assert phase_priority(RunClass.ADHOC, 7 * 24 * 3600) < phase_priority(RunClass.WEEKLY, 1)
+    weekly = build_plan(load_catalog(CATALOG), AvsimSettings())
+    adhoc = build_plan(load_catalog(CATALOG), AvsimSettings(), RunClass.ADHOC)
+    assert weekly.run_class is RunClass.WEEKLY and adhoc.run_class is RunClass.ADHOC
+    for fam, other in zip(weekly.families, adhoc.families, strict=True):
+        for ph, twin in zip(fam.phases, other.phases, strict=True):
+            assert ph.path_weight == twin.path_weight == path_weight(ph.remaining_critical_path_seconds)
+            assert ph.priority_weight == WEEKLY_BASE + ph.path_weight
+            assert twin.priority_weight == ADHOC_BASE + ph.path_weight
+
+
+def test_run_phases_take_their_retry_arguments_from_the_catalog(tmp_path: Path) -> None:
+    doc = yaml.safe_load(CATALOG.read_text())
+    name = next(iter(doc["run_phases"]))
+    doc["run_phases"][name]["retry"] = {
+        "infrastructure": 1,
+        "preemption": 2,
+        "delay_seconds": 7,
+        "backoff": 3.0,
+        "max_delay_seconds": 900,
+    }
+    path = tmp_path / "graphs.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    rp = build_plan(load_catalog(path), AvsimSettings()).run_phases[0]
+    assert (rp.name, rp.retries, rp.retry_delay_seconds) == (name, 3, 7)
+    assert (rp.retry_backoff, rp.max_retry_delay_seconds) == (3.0, 900)
+    assert rp.path_weight == 1 and rp.gpus == doc["run_phases"][name]["resources"].get("gpus", 0)
 
 
 def test_catalog_errors_name_the_field(tmp_path: Path) -> None:

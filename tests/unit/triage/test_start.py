@@ -6,7 +6,7 @@ import datetime as dt
 from typing import Any
 
 from avsim.contracts import RunDescriptor
-from avsim.manifest.models import PhaseSpec
+from avsim.manifest.models import PhaseSpec, RunClass
 from avsim.plan.build import family_plan
 from avsim.plan.model import WeeklyPlan
 from avsim.settings import AvsimSettings, TriageSettings
@@ -39,11 +39,9 @@ FAMILY = family_plan(
         "report": _spec("cpu", 60, "simulate"),
     },
     AvsimSettings(),
-    1000,
+    RunClass.ADHOC,
 )
-PLAN = WeeklyPlan(
-    families=(FAMILY,), run_phases=(), pools=(), shard_size=10, max_active_shards=1, base_priority=1000
-)
+PLAN = WeeklyPlan(families=(FAMILY,), run_phases=(), pools=(), shard_size=10, max_active_shards=1)
 WEEK = RunDescriptor(
     run_key="avsim_weekly__w50", artifact_root="file:///a", run_id="w50", image=IMAGE_B, iso_week="2026-W50"
 )
