@@ -63,25 +63,7 @@ def prepare_week(
     layout = RunLayout(settings.resolved_artifact_root, run_key_for(dag_id, run_id))
     snapshot = write_snapshot(loaded, layout)
     cut = _cut_week(manifest, plan, settings, layout, pool_slots)
-    run = RunDescriptor(
-        run_key=layout.run_key,
-        artifact_root=layout.root,
-        dag_id=dag_id,
-        run_id=run_id,
-        manifest_source=given.name,
-        manifest_sha256=snapshot.sha256,
-        build_id=manifest.run.build.build_id,
-        image=manifest.run.build.image,
-        # The DAG's class decides priority and PriorityClass: an ad-hoc run of a weekly manifest is ad-hoc.
-        run_class=plan.run_class,
-        iso_week=manifest.run.iso_week,
-        case_count=len(manifest.cases),
-        shard_count=len(cut.shards),
-        canary_count=cut.canary_cases,
-        rerun_of=manifest.run.rerun_of,
-        shard_size=cut.shard_size,
-        admission=cut.admission,
-    ).to_json()
+    run = _descriptor(manifest, plan, layout, dag_id, run_id, given.name, snapshot.sha256, cut)
     if plan.run_class == "weekly" and manifest.run.run_class.value == "weekly" and not manifest.run.rerun_of:
         _record_week(layout, manifest, dag_id, run_id, snapshot.sha256)
     canary = _canary_plan(cut, plan, manifest, run, run_id)
@@ -157,6 +139,38 @@ def _cut_week(
         {**work, "canary_cases": len(canary_ix), "shards": len(shards), "shard_size": shard_size},
     )
     return cut
+
+
+def _descriptor(
+    manifest: Manifest,
+    plan: WeeklyPlan,
+    layout: RunLayout,
+    dag_id: str,
+    run_id: str,
+    source: str,
+    sha256: str,
+    cut: _CutWeek,
+) -> dict[str, Any]:
+    """The run descriptor every later task reads, as JSON."""
+    return RunDescriptor(
+        run_key=layout.run_key,
+        artifact_root=layout.root,
+        dag_id=dag_id,
+        run_id=run_id,
+        manifest_source=source,
+        manifest_sha256=sha256,
+        build_id=manifest.run.build.build_id,
+        image=manifest.run.build.image,
+        # The DAG's class decides priority and PriorityClass: an ad-hoc run of a weekly manifest is ad-hoc.
+        run_class=plan.run_class,
+        iso_week=manifest.run.iso_week,
+        case_count=len(manifest.cases),
+        shard_count=len(cut.shards),
+        canary_count=cut.canary_cases,
+        rerun_of=manifest.run.rerun_of,
+        shard_size=cut.shard_size,
+        admission=cut.admission,
+    ).to_json()
 
 
 def _record_week(layout: RunLayout, manifest: Manifest, dag_id: str, run_id: str, sha256: str) -> None:
