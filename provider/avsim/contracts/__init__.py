@@ -39,6 +39,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from avsim.artifacts import RunLayout
+from avsim.manifest.models import RunClass
 from avsim.phases.contract import Outcome
 
 #: The weekly (and ad-hoc) run's first task, and the XCom key of the run descriptor it pushes.
@@ -89,7 +90,7 @@ class RunDescriptor(_Contract):
     #: The pinned simulator image (``repo@sha256:...``).
     image: str = ""
     #: ``weekly`` or ``adhoc``: the DAG's class decides priority weights and PriorityClass.
-    run_class: str = "weekly"
+    run_class: RunClass = RunClass.WEEKLY
     iso_week: str = ""
     case_count: int = Field(default=0, ge=0)
     shard_count: int = Field(default=0, ge=0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Annotated, Any
 
 from pydantic import (
@@ -20,10 +20,12 @@ from pydantic import (
     Field,
     Strict,
     StringConstraints,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from avsim.manifest.image_ref import parse_image
 
@@ -70,7 +72,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
 
-class RunClass(str, Enum):
+class RunClass(StrEnum):
+    """Which runs a run's phases rank against: every weekly phase outranks every ad-hoc one (a phase's
+    priority follows its run class, its week and its critical path)."""
+
     WEEKLY = "weekly"
     ADHOC = "adhoc"
 
@@ -78,10 +83,6 @@ class RunClass(str, Enum):
 class ResourceClass(str, Enum):
     GPU = "gpu"
     CPU = "cpu"
-
-
-#: Default base priority per run class; the weekly run outranks ad-hoc work.
-DEFAULT_BASE_PRIORITY = {RunClass.WEEKLY: 10_000, RunClass.ADHOC: 1_000}
 
 
 def parse_memory(value: str) -> int:
@@ -139,11 +140,18 @@ class BreakerSpec(_Strict):
         return v
 
 
+#: Why a run's ``base_priority`` is refused, and what to write instead.
+_NO_BASE_PRIORITY = PydanticCustomError(
+    "value_error",
+    "base_priority is not a manifest field: a phase's priority follows its run class, its week and its "
+    "critical path; remove base_priority (run_class: adhoc ranks a run below the weekly run)",
+)
+
+
 class RunSpec(_Strict):
     name: Name
     iso_week: str = Field(description="ISO week, e.g. 2026-W49")
     run_class: RunClass = RunClass.WEEKLY
-    base_priority: Int | None = Field(default=None, ge=0, le=1_000_000)
     deadline: dt.datetime
     build: Build
     canary: CanarySpec = CanarySpec()
@@ -178,9 +186,24 @@ class RunSpec(_Strict):
                 raise ValueError(problem)
         return v
 
-    @property
-    def priority_base(self) -> int:
-        return self.base_priority if self.base_priority is not None else DEFAULT_BASE_PRIORITY[self.run_class]
+    @model_validator(mode="wrap")
+    @classmethod
+    def _no_base_priority(cls, data: Any, handler: Any) -> Any:
+        """``base_priority`` is refused (a phase's priority follows its run class, its week and its critical
+        path): remove it; ``run_class: adhoc`` ranks a run below the weekly run."""
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            errors = exc.errors()
+            if not any(e["type"] == "extra_forbidden" and e["loc"] == ("base_priority",) for e in errors):
+                raise
+            details: list[Any] = [
+                {"type": _NO_BASE_PRIORITY, "loc": e["loc"], "input": e["input"]}
+                if e["type"] == "extra_forbidden" and e["loc"] == ("base_priority",)
+                else {"type": e["type"], "loc": e["loc"], "input": e["input"], "ctx": e.get("ctx") or {}}
+                for e in errors
+            ]
+            raise ValidationError.from_exception_data(exc.title, details) from None
 
 
 class Resources(_Strict):

@@ -120,8 +120,9 @@ def test_cross_field_rules_and_tables_come_from_the_code() -> None:
     for key, why in models.FORBIDDEN_POD_FIELDS.items():
         assert f"| `{key}` | {why} |" in pods
     run_class = _section(text, "RunClass")
-    for klass, priority in models.DEFAULT_BASE_PRIORITY.items():
-        assert f"| `{klass.value}` | `{priority}` |" in run_class
+    for klass in models.RunClass:
+        assert f"| `{klass.value}` |" in run_class
+    assert "every weekly phase outranks every ad-hoc one" in run_class
     assert f"| {contract.EXIT_BAD_INPUT} | `bad_input` | no | no |" in text
     assert f"| {contract.EXIT_SCENARIO_FAILED} | `scenario_failed` | yes | no |" in text
 

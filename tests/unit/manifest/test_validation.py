@@ -343,3 +343,21 @@ def test_a_long_cycle_is_shortened_and_does_not_recurse() -> None:
     d["graphs"]["chain"] = {"phases": {f"p{i}": phase(depends_on=[f"p{(i + 1) % n}"]) for i in range(n)}}
     msg = by_path(d)["graphs.chain.phases"]
     assert "cycle: p0 -> p2999 -> p2998" in msg and "... (2981 more) -> " in msg and "p1 -> p0;" in msg
+
+
+@pytest.mark.parametrize("value", [5_000, None])
+def test_base_priority_is_refused_with_why_and_the_fix_and_every_other_problem_still_reported(
+    value: object,
+) -> None:
+    """A phase's weight follows its run class, its week and its path; a manifest's own base would be
+    ignored, so a manifest that sets one is refused, naming the field and what to write instead."""
+    d = doc()
+    d["run"]["base_priority"] = value
+    d["run"]["iso_week"] = "2026-W60"
+    d["cases"][1]["seed"] = "x"
+    got = by_path(d)
+    assert got["run.base_priority"] == (
+        "base_priority is not a manifest field: a phase's priority follows its run class, its week and "
+        "its critical path; remove base_priority (run_class: adhoc ranks a run below the weekly run)"
+    )
+    assert set(got) == {"run.base_priority", "run.iso_week", "cases[1].seed"}
