@@ -378,6 +378,25 @@ def _canary(
     return canary
 
 
+def _planned_cases(head: Mapping[str, Any], plan: Mapping[str, Any], desc: Any) -> int | None:
+    """The week's cases: from its head, else its plan, else its run descriptor."""
+    found = (head.get("case_count"), plan.get("cases"), desc.case_count if desc else None)
+    return next((int(v) for v in found if isinstance(v, int)), None)
+
+
+def _run_ids(ref: WeekRef, base: str) -> dict[str, Any]:
+    url = urls.airflow_run(ref.dag_id, ref.run_id, base)
+    return {"dag_id": ref.dag_id, "run_id": ref.run_id, "run_key": ref.run_key, "url": url}
+
+
+def _links(ref: WeekRef, base: str) -> dict[str, str]:
+    return {
+        "report": urls.report_page(ref.run_key, base),
+        "cases_csv": urls.run_file(ref.run_key, "report/cases.csv", base),
+        "artifacts": urls.run_file(ref.run_key, "/", base),
+    }
+
+
 def week_progress(
     session: Session,
     ref: WeekRef,
@@ -401,14 +420,7 @@ def week_progress(
     digests = digests_for(session, ref.shard_dag_id, runs, gpu_pools, cache)
     active = [r.run_id for r in runs if not r.finished]
     running = running_gpu_seconds(session, ref.shard_dag_id, active, gpu_pools, now)
-    planned_cases = next(
-        (
-            int(v)
-            for v in (head.get("case_count"), plan.get("cases"), desc.case_count if desc else None)
-            if isinstance(v, int)
-        ),
-        None,
-    )
+    planned_cases = _planned_cases(head, plan, desc)
     canary = _canary(ref, head_doc, plan, runs, base)
     shard_total = desc.shard_count if desc else None
     row = _run_row(session, ref)
@@ -426,13 +438,7 @@ def week_progress(
         ),
         "schema": "avsim/progress/v1",
         "generated_at": now.isoformat(),
-        "run": {
-            "dag_id": ref.dag_id,
-            "run_id": ref.run_id,
-            "run_key": ref.run_key,
-            **row,
-            "url": urls.airflow_run(ref.dag_id, ref.run_id, base),
-        },
+        "run": {**row, **_run_ids(ref, base)},
         "manifest": {**head, "manifest_sha256": desc.manifest_sha256 if desc else None},
         "cases": cases,
         "run_phases": _run_phases(
@@ -450,9 +456,5 @@ def week_progress(
         "repairs": run_docs.repairs(layout),
         "triage": run_docs.triage(layout, base),
         "failed": _failed(digests, ref, base, max(0, offset), max(1, min(limit, MAX_LIMIT))),
-        "links": {
-            "report": urls.report_page(ref.run_key, base),
-            "cases_csv": urls.run_file(ref.run_key, "report/cases.csv", base),
-            "artifacts": urls.run_file(ref.run_key, "/", base),
-        },
+        "links": _links(ref, base),
     }
