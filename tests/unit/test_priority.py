@@ -20,15 +20,12 @@ from avsim.plan.graph import remaining_path
 from avsim.priority import (
     ADHOC_BASE,
     CANARY_BASE,
-    MAX_PATH_WEIGHT,
     STRATEGIES,
     WEEKLY_BASE,
     AdhocCriticalPathPriority,
     WeeklyCriticalPathPriority,
-    critical_path_priority,
     path_weight,
     phase_priority,
-    run_base,
 )
 
 GRAPHS = validate_manifest(sample_manifest(1)).graphs
@@ -178,58 +175,6 @@ def test_an_unregistered_strategy_cannot_be_serialized() -> None:
         DagSerialization.to_dict(build_dag("prio_unregistered", UnregisteredPriority()))
     # The registered parent class, same rule, serializes (see the fixtures above).
     DagSerialization.to_dict(build_dag("prio_registered", WeeklyCriticalPathPriority()))
-
-
-def test_the_path_part_never_crosses_a_run_class() -> None:
-    # A task whose priority_weight still holds a whole weight (base + path) is clamped, not promoted.
-    assert critical_path_priority(ADHOC_BASE, 10_039) == ADHOC_BASE + MAX_PATH_WEIGHT < WEEKLY_BASE
-    assert critical_path_priority(WEEKLY_BASE, MAX_PATH_WEIGHT * 3) < CANARY_BASE
-    assert critical_path_priority(WEEKLY_BASE, -5) == WEEKLY_BASE
-    assert path_weight(1) == 1 and path_weight(61) == 2 and path_weight(10**9) == MAX_PATH_WEIGHT
-    assert run_base(RunClass.WEEKLY, "x__canary") == run_base(RunClass.ADHOC, "x__canary") == CANARY_BASE
-    assert run_base(RunClass.ADHOC, None) == ADHOC_BASE
-
-
-# -- a repair of an earlier week while a later week runs (issue 31 item 9) ---------------------------
-
-
-def test_an_earlier_weeks_phases_rank_between_this_week_and_adhoc_whatever_their_paths() -> None:
-    from avsim.plan.priority_rule import priority
-    from avsim.priority import EARLIER_WEEK_BASE, EARLIER_WEEK_MAX_PATH
-
-    weekly, adhoc = RunClass.WEEKLY, RunClass.ADHOC
-    earlier = [priority(weekly, p, "w__shard_0001", earlier_week=True) for p in (0, 39, 10**6)]
-    canary_earlier = [priority(weekly, p, "w__canary", earlier_week=True) for p in (0, 10**6)]
-    this_week = priority(weekly, 0, "w__shard_0001")
-    adhoc_top = priority(adhoc, 10**6, "a__shard_0001", earlier_week=True)  # ad-hoc runs have no week
-    assert adhoc_top == ADHOC_BASE + MAX_PATH_WEIGHT
-    assert adhoc_top < min(earlier + canary_earlier) and max(earlier + canary_earlier) < this_week
-    assert earlier[0] == EARLIER_WEEK_BASE and earlier[-1] == EARLIER_WEEK_BASE + EARLIER_WEEK_MAX_PATH
-    assert earlier[1] == EARLIER_WEEK_BASE + 39  # the path still orders an earlier week's own phases
-    # A triage run ranks at the ad-hoc base whatever its week: an earlier week's base never lifts it.
-    assert priority(weekly, 39, "w__triage_1_this_1", earlier_week=True) == ADHOC_BASE + 39
-
-
-def test_which_run_is_an_earlier_week() -> None:
-    from avsim.priority import is_earlier_week
-
-    assert not is_earlier_week("scheduled__2026-12-07", [])
-    assert not is_earlier_week("scheduled__2026-12-07", None)  # the database could not say
-    assert is_earlier_week("scheduled__2026-12-07", ["scheduled__2026-12-14"])
-    # A rerun of failed cases started after this week is not a later week; a rerun is never the current one.
-    assert not is_earlier_week("scheduled__2026-12-07", ["rerun__20261209T101500Z"])
-    assert is_earlier_week("rerun__20261209T101500Z", [])
-
-
-def test_a_rerun_is_named_as_the_strategy_recognizes_it() -> None:
-    """avsim rerun-failed's run id and the strategy's prefix are one convention."""
-    import inspect
-
-    from avsim import rerun
-    from avsim.priority import is_rerun
-
-    assert 'run_id=f"rerun__{stamp}"' in inspect.getsource(rerun.plan_rerun)
-    assert is_rerun("rerun__20261209T101500Z")
 
 
 @pytest.fixture
