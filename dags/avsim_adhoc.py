@@ -6,12 +6,13 @@ Built from the same graph catalog as the weekly DAGs (avsim_graphs.yaml next to 
 from pathlib import Path
 
 from avsim.dagbuild.factory import load_weekly_dags
+from avsim.manifest.models import RunClass
 
 globals().update(
     load_weekly_dags(
         catalog=Path(__file__).with_name("avsim_graphs.yaml"),
         dag_id="avsim_adhoc",
         part="parent",
-        run_class="adhoc",
+        run_class=RunClass.ADHOC,
     )
 )

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
-from avsim.dagbuild.shard_dag import shard_dags
+from avsim.dagbuild.factory import shard_dags
+from avsim.manifest.models import RunClass
 
-globals().update(shard_dags(Path(__file__).with_name("avsim_graphs.yaml"), "avsim_adhoc", run_class="adhoc"))
+globals().update(shard_dags(Path(__file__).with_name("avsim_graphs.yaml"), "avsim_adhoc", RunClass.ADHOC))

@@ -5,6 +5,6 @@ One mapped task group per graph of the catalog next to this file, one task per p
 
 from pathlib import Path
 
-from avsim.dagbuild.shard_dag import shard_dags
+from avsim.dagbuild.factory import shard_dags
 
 globals().update(shard_dags(Path(__file__).with_name("avsim_graphs.yaml")))

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from avsim.manifest.models import RunClass
+
 #: dag_id -> (the pair's parent dag_id, part, run class), as the repository's four DAG files build them.
 DAGS = {
-    "avsim_weekly": ("avsim_weekly", "parent", "weekly"),
-    "avsim_weekly_shard": ("avsim_weekly", "shard", "weekly"),
-    "avsim_adhoc": ("avsim_adhoc", "parent", "adhoc"),
-    "avsim_adhoc_shard": ("avsim_adhoc", "shard", "adhoc"),
+    "avsim_weekly": ("avsim_weekly", "parent", RunClass.WEEKLY),
+    "avsim_weekly_shard": ("avsim_weekly", "shard", RunClass.WEEKLY),
+    "avsim_adhoc": ("avsim_adhoc", "parent", RunClass.ADHOC),
+    "avsim_adhoc_shard": ("avsim_adhoc", "shard", RunClass.ADHOC),
 }
 
 

@@ -44,14 +44,14 @@ def load_weekly_dags(
     dag_id: str = "avsim_weekly",
     settings: AvsimSettings | None = None,
     part: str = "both",
-    run_class: str = "weekly",
+    run_class: RunClass = RunClass.WEEKLY,
 ) -> dict[str, Any]:
     """DAGs keyed by dag_id, for a DAG file's globals(): the parent DAG (``part="parent"``), its
     shard DAG ``<dag_id>_shard`` (``part="shard"``), or both. The two ship as two DAG files so a
     phase task parses only the shard DAG's file.
 
-    ``run_class="adhoc"`` builds the same DAGs for ad-hoc simulations: triggered only, sharing the
-    weekly run's pools with lower priority weights (every weekly phase outranks every ad-hoc phase).
+    ``run_class=RunClass.ADHOC`` builds the same DAGs for ad-hoc simulations: triggered only, sharing
+    the weekly run's pools with lower priority weights (every weekly phase outranks every ad-hoc phase).
     """
     settings = settings or load_settings()
     plan = load_plan(catalog, settings, RunClass(run_class))
@@ -68,3 +68,11 @@ def load_weekly_dags(
     if not dags:
         raise ValueError(f"part must be 'both', 'parent' or 'shard', not {part!r}")
     return dags
+
+
+def shard_dags(
+    catalog: str | Path, parent_dag_id: str = "avsim_weekly", run_class: RunClass = RunClass.WEEKLY
+) -> dict[str, Any]:
+    """The shard DAG of ``parent_dag_id`` keyed by its dag_id, for a shard DAG file's ``globals()``: it
+    builds the shard DAG alone, so a phase task does not import what the parent DAG needs."""
+    return load_weekly_dags(catalog=catalog, dag_id=parent_dag_id, part="shard", run_class=run_class)

@@ -13,74 +13,29 @@ file, does not import what the parent DAG needs.
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG, BaseOperator, get_current_context, task, task_group
 
 from avsim.contracts import RUN_FROM_SHARD_CONF
 from avsim.dagbuild import tasks
+from avsim.dagbuild.phase_args import backend_kwargs, phase_operator_class, phase_task_kwargs
 from avsim.errors import ManifestError
-from avsim.operators.phase import LocalPhaseOperator
-from avsim.operators.retry import PhaseRetryPolicy
-from avsim.phases.policy import Role, task_retries
+from avsim.manifest.models import RunClass
+from avsim.phases.policy import Role
 from avsim.plan.admit import MAX_SHARD_RUNS
-from avsim.plan.model import FamilyPlan, PhasePlan, WeeklyPlan
-from avsim.retries import control_retries, retry_kwargs
+from avsim.plan.model import FamilyPlan, WeeklyPlan
+from avsim.retries import control_retries
 from avsim.settings import AvsimSettings
 
 START_DATE = dt.datetime(2026, 1, 5, tzinfo=dt.UTC)  # a Monday
-
-
-def phase_operator_class(settings: AvsimSettings) -> type[Any]:
-    """The operator of the configured backend (``[avsim] backend``); both take the same phase arguments."""
-    if settings.backend == "kubernetes":
-        from avsim.operators.kubernetes import KubernetesPhaseOperator
-
-        return KubernetesPhaseOperator
-    return LocalPhaseOperator
-
-
-def phase_task_kwargs(phase: PhasePlan, role: Role, run_class: str) -> dict[str, Any]:
-    """Pool, slots, priority and retries of one phase task (a spot task, its on-demand twin, or a regular one).
-
-    ``retries`` covers every failure the class budgets allow (:func:`avsim.phases.policy.task_retries`);
-    the phase's lifecycle fails fast when one class's budget is used up, and :class:`PhaseRetryPolicy`
-    gives each retry its class's delay. The task's ``retry_delay`` (the infrastructure delay) is what
-    Airflow uses when the scheduler itself retries a try whose worker was lost.
-    """
-    from avsim.priority import strategy_for
-
-    retries = task_retries(role, phase.retries, phase.preemption_retries, phase.on_demand_after_preemptions)
-    return {
-        "pool": phase.on_demand_pool if role == Role.ON_DEMAND else phase.pool,
-        "pool_slots": phase.pool_slots,
-        "priority_weight": phase.path_weight,
-        "weight_rule": strategy_for(run_class),
-        "retry_policy": PhaseRetryPolicy(),
-        "role": role,
-        "gpus": phase.gpus,
-        # GPU and CPU phases on their own executor queues (Celery: machines of their kind); "" keeps the
-        # default queue. Executors without queues ignore it.
-        **({"queue": phase.queue} if phase.queue else {}),
-        **retry_kwargs(
-            retries, phase.retry_delay_seconds, phase.retry_backoff, phase.max_retry_delay_seconds
-        ),
-    }
-
-
-def backend_kwargs(settings: AvsimSettings) -> dict[str, Any]:
-    """What the configured backend's operator takes besides the phase arguments: the Kubernetes
-    operator gets the cluster settings already read, instead of reading ``[avsim]`` again for each of
-    the DAG's phase tasks (at every parse, in every task process)."""
-    return {"kube": settings.kubernetes} if settings.backend == "kubernetes" else {}
 
 
 def _family_group(
     family: FamilyPlan,
     run: Any,
     operator: type[BaseOperator],
-    run_class: str,
+    run_class: RunClass,
     reuse_outputs: bool,
     backend: dict[str, Any],
 ) -> Any:
@@ -140,17 +95,6 @@ def _shard_input(plan: WeeklyPlan) -> dict[str, Any]:
         from avsim.operators.exceptions import RunRejected
 
         raise RunRejected(str(exc)) from None
-
-
-def shard_dags(
-    catalog: str | Path, parent_dag_id: str = "avsim_weekly", run_class: str = "weekly"
-) -> dict[str, Any]:
-    """The shard DAG of ``parent_dag_id`` keyed by its dag_id, for a shard DAG file's ``globals()``
-    (the plan from the catalog and ``[avsim]``, as :func:`avsim.dagbuild.factory.load_weekly_dags`
-    makes it for both DAG files)."""
-    from avsim.dagbuild.factory import load_weekly_dags
-
-    return load_weekly_dags(catalog=catalog, dag_id=parent_dag_id, part="shard", run_class=run_class)
 
 
 def build_shard_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> DAG:

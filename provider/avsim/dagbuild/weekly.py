@@ -19,19 +19,20 @@ from airflow.sdk import DAG, Param, TaskGroup, XComArg, get_current_context, tas
 from avsim.artifacts import CANARY_RUN_SUFFIX, RUN_LEVEL_CASE
 from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
 from avsim.dagbuild import tasks, week_end
-from avsim.dagbuild.shard_dag import START_DATE, backend_kwargs, phase_operator_class
+from avsim.dagbuild.phase_args import backend_kwargs, phase_operator_class, run_phase_task_kwargs
+from avsim.dagbuild.shard_dag import START_DATE
 from avsim.deadline.alert import deadline_alert
 from avsim.deadline.sensor import deadline_tracker
 from avsim.errors import ManifestError
+from avsim.manifest.models import RunClass
 from avsim.manifest.source import manifest_source
 from avsim.operators.phase import AvsimPhaseOperator
-from avsim.operators.retry import PhaseRetryPolicy
 from avsim.operators.shard import SHARD_START_TASK, SHARD_STARTS_AT_ONCE, ShardRunOperator, ShardStartOperator
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import CANARY_SHARD
 from avsim.plan.week_counts import case_end_tasks
-from avsim.priority import ControlTask, control_priority, strategy_for
-from avsim.retries import control_retries, retry_kwargs
+from avsim.priority import ControlTask, control_priority
+from avsim.retries import control_retries
 from avsim.sensors.canary_gate import CanaryGateSensor
 from avsim.settings import AvsimSettings
 
@@ -72,7 +73,7 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
     operator = phase_operator_class(settings)
     # Where admission reads the pools' slots (REST connection, GPU spot pool, CPU pool).
     admission_pools = (settings.airflow_api_conn_id, settings.gpu_spot_pool, settings.cpu_pool)
-    weekly = plan.run_class == "weekly"
+    weekly = plan.run_class is RunClass.WEEKLY
     with DAG(
         dag_id=dag_id,
         # The weekly run is scheduled; ad-hoc runs are triggered by hand and never queue behind it.
@@ -217,18 +218,11 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
                 case={"case_id": RUN_LEVEL_CASE, "seed": 0},
                 run=run_xcom,
                 inputs=shard_inputs,
-                pool=rp.pool,
-                pool_slots=rp.pool_slots,
-                gpus=rp.pool_slots if rp.pool != settings.cpu_pool else 0,
-                # Under the phases' strategy: an earlier week's summary ranks below this week's phases.
-                priority_weight=rp.path_weight,
-                weight_rule=strategy_for(plan.run_class),
-                **({"queue": rp.queue} if rp.queue else {}),
-                retry_policy=PhaseRetryPolicy(),
                 reuse_outputs=False,
                 # After every shard, whatever their outcome, as long as the week was prepared.
                 trigger_rule="all_done_min_one_success",
-                **retry_kwargs(rp.retries, rp.retry_delay_seconds, 2.0, 3600),
+                # Under the phases' strategy: an earlier week's summary ranks below this week's phases.
+                **run_phase_task_kwargs(rp, plan.run_class),
                 **backend_kwargs(settings),
             )
 
