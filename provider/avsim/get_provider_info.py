@@ -34,7 +34,12 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["avsim.deadline.sensor", "avsim.sensors.canary_gate"],
             }
         ],
-        "hooks": [{"integration-name": "avsim", "python-modules": ["avsim.hooks.airflow_api"]}],
+        "hooks": [
+            {
+                "integration-name": "avsim",
+                "python-modules": ["avsim.hooks.airflow_api", "avsim.hooks.kubernetes"],
+            }
+        ],
         "connection-types": [
             {
                 "hook-class-name": "avsim.hooks.airflow_api.AirflowApiHook",
@@ -47,7 +52,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "avsim.deadline.trigger",
                     "avsim.triggers.phase_pod",
-                    "avsim.operators.pass_commit",
+                    "avsim.triggers.pass_commit",
                     "avsim.triggers.canary",
                     "avsim.triggers.shard_run",
                     "avsim.triggers.admission",

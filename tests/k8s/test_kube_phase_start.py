@@ -221,10 +221,13 @@ def test_serialize_the_committing_trigger(
     run, case = shard_phase
     _, trigger = start(run, case, try_number=1)
     classpath, kwargs = trigger.serialize()
-    assert classpath == "avsim.operators.pass_commit.PassCommitTrigger"
+    assert classpath == "avsim.triggers.pass_commit.PassCommitTrigger"
     assert json.loads(json.dumps(kwargs)) == kwargs
     again = import_string(classpath)(**kwargs)
     assert again.serialize() == (classpath, kwargs)
+    # A trigger a running deployment stored under the old classpath still loads, and is the same trigger.
+    stored = import_string("avsim.operators.pass_commit.PassCommitTrigger")(**kwargs)
+    assert stored.serialize() == (classpath, kwargs)
     plan = PassCommit.model_validate(kwargs["commit"])
     assert (plan.phase, plan.attempt, plan.try_number, plan.case["case_id"]) == (
         "prepare",

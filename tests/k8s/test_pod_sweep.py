@@ -18,7 +18,7 @@ from tests.support.kube_api import FakeKubeAPI
 from tests.support.kube_api.phases import phase_kube_api
 
 from avsim.kube import pods
-from avsim.operators.pod_sweep import sweep_leftover_pods
+from avsim.kube.pod_sweep import sweep_leftover_pods
 from avsim.settings import KubernetesSettings
 
 NAMESPACE = "sims"

@@ -358,8 +358,8 @@ def test_a_kill_while_the_trigger_commits_a_pass_deletes_nothing_more(
     on_kill waits for them and does nothing more, and no event is fired (the task is the user's now)."""
     from airflow.sdk.execution_time import task_runner
 
-    from avsim.operators import pass_commit
     from avsim.phases.contract import Outcome
+    from avsim.triggers import pass_commit
 
     supervisor = Supervisor("failed")
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", supervisor, raising=False)

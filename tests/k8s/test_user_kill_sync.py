@@ -129,8 +129,8 @@ def test_a_kill_before_the_pod_is_created_launches_nothing(kube: FakeKubeAPI, tm
     """The kill reaches ``on_kill`` while the task is still beginning (before its pod exists): no pod
     and no Lease are created, the task ends with PhaseKilled, and its claimed attempt stays ``started``
     for the next try to settle (the stock ``on_kill`` flagged nothing the start looked at: the pod ran)."""
+    from avsim.operators.exceptions import PhaseKilled
     from avsim.operators.kubernetes import KubernetesPhaseOperator
-    from avsim.operators.phase import PhaseKilled
     from avsim.settings import KubernetesSettings
 
     run, case = prepared_week(tmp_path, 0.001)  # a phase of 0.18 s: before the fix it ran to its end

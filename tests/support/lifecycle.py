@@ -1,5 +1,5 @@
-"""A phase lifecycle without a scheduler: a prepared week on a file:// ledger, the lifecycle with the
-attributes its operators set, and a small stand-in for Airflow's task instance (try number, max tries,
+"""A phase lifecycle without a scheduler: a prepared week on a file:// ledger, a phase task's fields
+and the lifecycle its operator holds, and a small stand-in for Airflow's task instance (try number, max tries,
 map index, the run's other task states, an XCom table)."""
 
 from __future__ import annotations
@@ -57,33 +57,36 @@ class TaskInstance:
         return self.xcoms.get((task_ids, key, self.map_index if map_indexes is None else map_indexes))
 
 
-class Phase(PhaseLifecycle):
-    """A phase task of ``role``: the lifecycle with the attributes its operators set."""
+class Phase:
+    """A phase task of ``role``: the fields its operator keeps, and the lifecycle it holds (built from
+    them as the operator builds it when its task runs)."""
 
     def __init__(self, run: dict[str, Any], case: dict[str, Any], phase: str, role: Role, gpus: int) -> None:
-        self.init_phase(
-            phase=phase,
-            case=case,
-            run=run,
-            upstream_phases=None,
-            inputs=None,
-            role=role,
-            gpus=gpus,
-            reuse_outputs=True,
-        )
+        self.phase, self.case, self.run, self.role, self.gpus = phase, case, run, role, gpus
+        self.upstream_phases, self.inputs, self.reuse_outputs = None, None, True
         self.task_id = f"standard.{phase}" + ("_on_demand" if role is Role.ON_DEMAND else "")
         self.log = logging.getLogger("test.lifecycle")
         self.retries = 0
 
+    @property
+    def lifecycle(self) -> PhaseLifecycle:
+        if "lifecycle" not in self.__dict__:
+            self.__dict__["lifecycle"] = PhaseLifecycle.of(self)
+        return self.__dict__["lifecycle"]
+
+    def take_over(self, context: Any) -> None:
+        """What the operator does when its task runs: an on-demand twin takes its spot task's hand-over."""
+        self.__dict__["lifecycle"] = PhaseLifecycle.of(self, context)
+
     def set_retries(self) -> None:
-        r = self.service.runtime_spec().get("retry") or {}
+        r = self.lifecycle.service.runtime_spec().get("retry") or {}
         self.retries = task_retries(
             self.role,
             int(r.get("infrastructure", 2)),
             int(r.get("preemption", 3)),
             int(r.get("on_demand_after_preemptions", 2)),
         )
-        self.__dict__.pop("service", None)  # built again with the task's retries
+        self.__dict__.pop("lifecycle", None)  # built again with the task's retries
 
 
 def prepared_week(tmp_path: Path) -> Week:

@@ -1,16 +1,15 @@
 """What the attempt service is told about a phase task and its try: two frozen values, no Airflow.
 
-:class:`PhaseArgs` is the one declaration of a phase task's arguments (the operators keep their
-constructor keywords, which Airflow's ``partial``/``expand`` check against their signatures, and
-build it from their rendered fields); :class:`TryView` is what the service reads of Airflow's task
-instance. The operators (:mod:`avsim.operators.lifecycle`) and the committing trigger
-(:mod:`avsim.operators.pass_commit`) build both; the service (:mod:`avsim.attempt.service`) reads
-nothing else of the task.
+:class:`PhaseArgs` is the one declaration of a phase task's arguments: the operators take its fields
+as their keywords (:func:`avsim.operators.lifecycle.phase_keywords`) and build it from them rendered;
+the committing trigger builds it from its ``PassCommit``. :class:`TryView` is what the service reads
+of Airflow's task instance; the service (:mod:`avsim.attempt.service`) reads nothing else of the task.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,39 +54,11 @@ class PhaseArgs:
     retries: int | None = None
 
     @classmethod
-    def of(
-        cls,
-        *,
-        phase: str,
-        case: Any,
-        run: Any,
-        task_id: str,
-        upstream_phases: Mapping[str, str | Sequence[str]] | None = None,
-        inputs: Any = None,
-        role: Role | str = Role.REGULAR,
-        gpus: int = 0,
-        reuse_outputs: bool = True,
-        retries: int | None = None,
-    ) -> PhaseArgs:
-        """The arguments from an operator's rendered fields: ``run`` as a mapping, a descriptor or its
-        JSON (:func:`avsim.contracts.run_document`), ``upstream_phases`` as one id or several."""
-        if isinstance(run, RunDescriptor):
-            descriptor: RunDescriptor | None = run
-        else:
-            doc = run_document(run)
-            descriptor = RunDescriptor.model_validate(doc) if doc is not None else None
-        return cls(
-            phase=phase,
-            case=case if isinstance(case, CaseEntry) else CaseEntry.model_validate(dict(case or {})),
-            run=descriptor,
-            task_id=task_id,
-            upstream_phases=upstream_task_ids(upstream_phases),
-            inputs=dict(inputs) if inputs else None,
-            role=Role(role),
-            gpus=int(gpus),
-            reuse_outputs=bool(reuse_outputs),
-            retries=retries,
-        )
+    def of(cls, **fields: Any) -> PhaseArgs:
+        """The arguments from an operator's rendered fields, named as this class's: ``case`` as a
+        mapping, ``run`` as a mapping, a descriptor or its JSON (:func:`avsim.contracts.run_document`),
+        ``upstream_phases`` as one id or several per phase, ``inputs`` as a mapping or nothing."""
+        return cls(**{name: _COERCE.get(name, _same)(value) for name, value in fields.items()})
 
     @property
     def case_id(self) -> str:
@@ -105,6 +76,37 @@ class PhaseArgs:
         """The phase, case and attempt in words, for logs and exception messages."""
         tail = f" (attempt {attempt})" if attempt else ""
         return f"phase {self.phase!r} of case {self.case.case_id!r}{tail}"
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _case(value: Any) -> CaseEntry:
+    return value if isinstance(value, CaseEntry) else CaseEntry.model_validate(dict(value or {}))
+
+
+def _descriptor(value: Any) -> RunDescriptor | None:
+    if isinstance(value, RunDescriptor):
+        return value
+    doc = run_document(value)
+    return RunDescriptor.model_validate(doc) if doc is not None else None
+
+
+#: How :meth:`PhaseArgs.of` reads an operator's rendered field (any other is taken as it is).
+_COERCE: dict[str, Callable[[Any], Any]] = {
+    "case": _case,
+    "run": _descriptor,
+    "upstream_phases": upstream_task_ids,
+    "inputs": lambda value: dict(value) if value else None,
+    "role": Role,
+    "gpus": int,
+    "reuse_outputs": bool,
+}
+
+#: The phase arguments an operator takes as keywords and keeps as its fields: all but its own
+#: ``task_id`` and ``retries``.
+OPERATOR_FIELDS = tuple(f for f in dataclasses.fields(PhaseArgs) if f.name not in {"task_id", "retries"})
 
 
 @dataclass(frozen=True)

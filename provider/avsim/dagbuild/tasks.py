@@ -336,14 +336,14 @@ def shard_conf(conf: Any) -> ShardConf:
 
 def _sweep_leftover_pods(run: RunDescriptor, case_ids: list[str], began: dt.datetime) -> None:
     """On the Kubernetes backend, delete the pods of the shard's cases that no phase task owns any more
-    (:mod:`avsim.operators.pod_sweep`: a phase marked failed or success while deferred, before a
+    (:mod:`avsim.kube.pod_sweep`: a phase marked failed or success while deferred, before a
     triggerer took its trigger). A failure to sweep is logged: the summary is still written."""
     from avsim.settings import load_settings
 
     settings = load_settings()
     if settings.backend != "kubernetes":
         return
-    from avsim.operators.pod_sweep import sweep_leftover_pods
+    from avsim.kube.pod_sweep import sweep_leftover_pods
 
     try:
         swept = sweep_leftover_pods(settings.kubernetes, run.run_key, case_ids, began)

@@ -6,7 +6,7 @@ each after its own delay (:class:`avsim.operators.retry.PhaseRetryPolicy` reads
 ``retry_delay`` off the exception); a GPU phase preempted too often on spot nodes is skipped so
 that its on-demand twin takes over (``AirflowSkipException``). The more specific classes say
 what the platform did (an OOM kill, an eviction, a lost node, a lease that expired); their
-message names the pod or process, the case and the phase.
+message names the pod or process, the case and the phase. A user's kill is :class:`PhaseKilled`.
 """
 
 from __future__ import annotations
@@ -108,6 +108,11 @@ class WeekNeedsAttention(AirflowFailException):
 
 class RepairFailed(AirflowFailException):
     """A cleared ``shards`` task could not clear its shard run's failed task instances."""
+
+
+class PhaseKilled(Exception):
+    """A user (or Airflow) killed the running phase through its operator's ``on_kill``; its attempt is
+    not recorded (the task instance's state is the user's, the next try records the attempt as lost)."""
 
 
 #: The exception class of each kind of failure the failure policy names (:mod:`avsim.phases.policy`).

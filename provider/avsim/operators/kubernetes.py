@@ -1,26 +1,12 @@
 """The Kubernetes backend: every attempt of a phase is one pod, run by a ``KubernetesPodOperator``.
 
-:class:`KubernetesPhaseOperator` keeps the stock operator's pod handling and changes it only at its
-seams:
-
-* ``execute`` is wrapped, not rewritten: the phase lifecycle (:mod:`avsim.operators.lifecycle`)
-  runs first (reuse a committed or cached result, check the build's breaker and the budgets, claim
-  the attempt), then the stock ``execute``;
-* ``build_pod_request_obj`` sends the attempt's pod, built as data by
-  :func:`avsim.kube.pod_spec.phase_pod` (the run's image by digest, the phase's command, the
-  contract's environment, resources, placement, PriorityClass, the sandbox), with what the stock
-  operator adds to every pod: the task instance's identifying labels and the cluster's
-  ``pod_mutation_hook`` (:meth:`KubernetesPhaseOperator.attempt_pod`);
-* ``get_or_create_pod`` deletes the pods of earlier attempts of the same phase first and never
-  re-adopts a pod (the stock operator's known failures with spot pods: apache/airflow#39096,
-  #53015, #59626, #21701), then creates the attempt's pod and its heartbeat Lease;
-* ``invoke_defer_method`` defers to :class:`avsim.operators.pass_commit.PassCommitTrigger`, a
-  :class:`avsim.triggers.phase_pod.PhasePodTrigger` (one shared watch per namespace, no polling per
-  pod) that ends a passed attempt itself, and ``phase_complete`` takes its event for any other end;
-* ``cleanup`` (the synchronous path) classifies the finished pod the same way.
-
-Each way an attempt ends raises its own exception (:mod:`avsim.operators.exceptions`) whose
-message names the pod, the case and the phase.
+:class:`KubernetesPhaseOperator` runs the phase task's one sequence
+(:meth:`avsim.operators.lifecycle.PhaseLifecycle.execute`) and supplies its launch and watch: the
+stock operator's ``execute``, changed only at its seams. ``build_pod_request_obj`` sends the pod
+:func:`avsim.kube.pod_spec.phase_pod` builds; ``get_or_create_pod`` deletes earlier attempts' pods
+(never re-adopting one) and creates the pod and its Lease; ``invoke_defer_method`` defers to
+:class:`avsim.triggers.pass_commit.PassCommitTrigger`; ``cleanup`` (sync mode) classifies the pod.
+Every API call of its own goes through :class:`avsim.hooks.kubernetes.PhasePodsHook`.
 """
 
 from __future__ import annotations
@@ -30,24 +16,26 @@ import threading
 import time
 from collections.abc import Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.version import version as airflow_version
 from kubernetes.client import models as k8s
-from kubernetes.client.exceptions import ApiException
 
 from avsim.airflow_internals import (
+    kpo_killed,
+    kpo_mark_killed,
     kpo_ti_pod_labels,
     pod_config_dict,
     pod_mutation_hook,
 )
 from avsim.attempt import PhaseAttempt
 from avsim.contracts.pod import PodEvent
+from avsim.hooks.kubernetes import PhasePodsHook
 from avsim.kube import pod_spec, pods
 from avsim.links import PHASE_LINKS
 from avsim.operators.kube_sync import SyncPodPath
-from avsim.operators.lifecycle import PhaseLifecycle
+from avsim.operators.lifecycle import HeldLifecycle, PhaseLifecycle, phase_keywords
 from avsim.phases.contract import AttemptResult, Detail, Outcome
 from avsim.phases.policy import Role
 from avsim.settings import KubernetesSettings
@@ -64,12 +52,12 @@ DEFERRAL_MARGIN_SECONDS = 300.0
 FORCE_DELETE_DETAILS = frozenset({Detail.LEASE_EXPIRED, Detail.NODE_LOST, Detail.TIMEOUT})
 
 
-class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle):
+class KubernetesPhaseOperator(KubernetesPodOperator):
     """Runs one phase attempt as a pod, under the avsim phase contract.
 
-    Takes the phase arguments of :class:`avsim.operators.phase.AvsimPhaseOperator` plus the cluster
-    settings (``kube``: :class:`avsim.settings.KubernetesSettings`); everything else is passed to
-    ``KubernetesPodOperator``.
+    Takes :class:`avsim.attempt.args.PhaseArgs`'s fields as keywords, as the local operator does,
+    plus the cluster settings (``kube``: :class:`avsim.settings.KubernetesSettings`); everything
+    else is passed to ``KubernetesPodOperator``.
     """
 
     #: What a phase's pod is built from. The stock operator's other template fields (image, cmds,
@@ -80,18 +68,14 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
     ui_color = "#d8e4f3"
     #: From a phase task instance to its case page and its artifacts (avsim.links).
     operator_extra_links = PHASE_LINKS
+    role: Role
+    #: The try's lifecycle, built from the rendered fields when the task runs or resumes.
+    lifecycle = HeldLifecycle()
 
+    @phase_keywords
     def __init__(
         self,
         *,
-        phase: str,
-        case: Any,
-        run: Any,
-        upstream_phases: Any = None,
-        inputs: Any = None,
-        role: Role | str = Role.REGULAR,
-        gpus: int = 0,
-        reuse_outputs: bool = True,
         kube: KubernetesSettings | None = None,
         lease_check_interval: float = 5.0,
         **kwargs: Any,
@@ -114,54 +98,57 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
         kwargs["durable"] = False
         kwargs["random_name_suffix"] = False
         super().__init__(**kwargs)
-        self.init_phase(
-            phase=phase,
-            case=case,
-            run=run,
-            upstream_phases=upstream_phases,
-            inputs=inputs,
-            role=role,
-            gpus=gpus,
-            reuse_outputs=reuse_outputs,
-        )
         self.kube = kube
         self.lease_check_interval = lease_check_interval
         self._attempt: PhaseAttempt | None = None
         self._started: dt.datetime | None = None
-        self._sync_result: dict[str, Any] | None = None
-        self._lease_expired = threading.Event()
-        #: Sync mode: set by :meth:`on_kill` (a user ended the running task); the task records nothing.
+        #: Set by :meth:`on_kill` (a user ended the running task): the task records nothing.
         self._user_kill = threading.Event()
-        #: Sync mode: how the watchdog ended the pod (lease expired, node lost), read by cleanup().
-        self._watchdog_result: AttemptResult | None = None
+        #: Sync mode: how the finished pod ended, as :meth:`cleanup` classified it.
+        self._sync_ended: AttemptResult | None = None
+        self._sync: SyncPodPath | None = None
 
-    # -- execute: the lifecycle around the stock operator ---------------------------------------
+    @cached_property
+    def pods_hook(self) -> PhasePodsHook:
+        """The Kubernetes API of avsim's own calls, over the stock operator's client."""
+        return PhasePodsHook(self.client)
+
+    # -- the lifecycle's sequence, and the backend's launch and watch ------------------------------
     def execute(self, context: Context) -> Any:
-        self.take_over(context)
-        begun = self.begin_attempt(context)
-        if isinstance(begun, dict):
-            return self._result(context, begun)
-        self._attempt, self._started = begun, dt.datetime.now(dt.UTC)
+        self.lifecycle = PhaseLifecycle.of(self, context)
+        return self._result(context, self.lifecycle.execute(context, self))
+
+    def runs(self, attempt: PhaseAttempt) -> str:
+        return "pod " + pods.pod_name(attempt.layout.run_key, attempt.case_id, attempt.phase, attempt.attempt)
+
+    def launch(self, attempt: PhaseAttempt, started: dt.datetime, context: Context) -> AttemptResult:
+        """The stock ``execute``: deferrable, it creates the pod and defers (the trigger watches it);
+        sync, it waits for the pod beside the lease watchdog and ends in :meth:`cleanup`, which
+        classifies it (a stock error after that is superseded by the classified end)."""
+        self._attempt, self._started = attempt, started
+        node_class = self.lifecycle.args.node_class
+        self._sync = SyncPodPath(
+            self.pods_hook,
+            node_class=node_class,
+            check_interval=self.lease_check_interval,
+            log=self.log,
+            killed=self._user_kill,
+        )
         # The stock operator finds the attempt's pod (sync mode) by these and the task instance's labels.
         self.labels = pods.attempt_labels(
-            begun.layout.run_key, begun.case_id, begun.phase, begun.attempt, self.node_class
+            attempt.layout.run_key, attempt.case_id, attempt.phase, attempt.attempt, node_class
         )
-        self.log.info(
-            "avsim phase %s of case %s, attempt %d: pod %s on %s",
-            begun.phase,
-            begun.case_id,
-            begun.attempt,
-            pods.pod_name(begun.layout.run_key, begun.case_id, begun.phase, begun.attempt),
-            self.node_class,
-        )
-        watchdog = None if self.deferrable else self._start_watchdog()
+        watchdog = None if self.deferrable else self._sync.start_watchdog(attempt, lambda: self.pod)
         try:
-            super().execute(context)  # deferrable: defers; sync: ends in cleanup(), which records the attempt
+            super().execute(context)  # deferrable: defers; sync: ends in cleanup()
+        except Exception:
+            if self._sync_ended is None:
+                raise
         finally:
             if watchdog is not None:
                 watchdog.set()
-        assert self._sync_result is not None
-        return self._result(context, self._sync_result)
+        assert self._sync_ended is not None
+        return self._sync_ended
 
     def _result(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
         """Hand the phase's result to its downstream phases.
@@ -192,7 +179,7 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
         pod = pod_spec.phase_pod(
             attempt,
             namespace=str(self.namespace or self.kube.namespace),
-            priority=pod_spec.priority_key(self.service.descriptor.run_class, run_id),
+            priority=pod_spec.priority_key(self.lifecycle.service.descriptor.run_class, run_id),
             kube=self.kube,
             service_account=self.service_account_name,
             grace_seconds=self.termination_grace_period,
@@ -239,46 +226,75 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
         if a.attempt <= 1:
             return
         selector = pods.phase_selector(a.layout.run_key, a.case_id, a.phase)
-        found = self.client.list_namespaced_pod(namespace, label_selector=selector).items
-        for old in found:
-            if (old.metadata.labels or {}).get(pods.LABEL_ATTEMPT) == str(a.attempt):
+        for old in self.pods_hook.list_pods(namespace, selector):
+            meta = old.get("metadata") or {}
+            number = (meta.get("labels") or {}).get(pods.LABEL_ATTEMPT)
+            if number == str(a.attempt):
                 continue
             self.log.warning(
                 "deleting pod %s of an earlier attempt (%s) of %s before attempt %d starts",
-                old.metadata.name,
-                (old.metadata.labels or {}).get(pods.LABEL_ATTEMPT),
-                self._where(),
+                meta.get("name"),
+                number,
+                self.lifecycle.args.where(),
                 a.attempt,
             )
-            self._delete(namespace, old.metadata.name, grace=0)
-
-    @cached_property
-    def coordination(self) -> Any:
-        from kubernetes.client import CoordinationV1Api
-
-        return CoordinationV1Api(self.client.api_client)
+            self._delete(namespace, meta["name"], grace=0)
 
     def lease_request_obj(self, a: PhaseAttempt, namespace: str, name: str) -> dict[str, Any]:
         """The attempt's heartbeat Lease, as sent to the API server (see :func:`avsim.kube.pods.lease_body`)."""
-        labels = pods.attempt_labels(a.layout.run_key, a.case_id, a.phase, a.attempt, self.node_class)
+        labels = pods.attempt_labels(a.layout.run_key, a.case_id, a.phase, a.attempt, a.node_class)
         return pods.lease_body(name, namespace, labels, a.runtime.lease_seconds)
 
     def _create_lease(self, a: PhaseAttempt, namespace: str, name: str) -> None:
-        if not a.runtime.lease_seconds:
-            return
-        body = self.lease_request_obj(a, namespace, name)
-        try:
-            self.coordination.create_namespaced_lease(namespace, body)
-        except ApiException as exc:
-            if exc.status != 409:  # a retry of this very step: the Lease is there
-                raise
+        if a.runtime.lease_seconds:
+            self.pods_hook.create_lease(namespace, self.lease_request_obj(a, namespace, name))
 
     def _delete(self, namespace: str, name: str, grace: int | None = None) -> None:
         """Delete a pod and its Lease; already gone is fine."""
-        from avsim.operators.pod_sweep import delete_pod_and_lease
-
-        for failure in delete_pod_and_lease(self.client, self.coordination, namespace, name, grace):
+        for failure in self.pods_hook.delete_pod_and_lease(namespace, name, grace):
             self.log.warning("could not delete %s", failure)
+
+    # -- the sync path's seams: cleanup, a user's kill ---------------------------------------------
+    def cleanup(
+        self, pod: k8s.V1Pod, remote_pod: k8s.V1Pod, xcom_result: Any = None, context: Context | None = None
+    ) -> None:
+        """The stock operator's last step in sync mode: classify the pod and delete it; the lifecycle
+        records the attempt. After a user's kill (:meth:`on_kill`) it raises ``PhaseKilled``."""
+        if self._user_kill.is_set() and pod is not None:
+            self._raise_killed(pod)
+        if kpo_killed(self) or self._attempt is None or context is None or pod is None:
+            return
+        namespace, name = pod.metadata.namespace, pod.metadata.name
+        ended = self._sync.ended if self._sync is not None else None
+        result = ended or self._read_result(namespace, name, self._attempt.node_class)
+        if result is None:  # still running after the stock wait gave up (e.g. startup timeout)
+            result = AttemptResult(
+                Outcome.INFRA_FAILED,
+                None,
+                "the pod did not finish: startup timeout",
+                Detail.STARTUP_TIMEOUT,
+                name,
+            )
+        self._sync_ended = self._final(result, namespace, name)
+
+    def on_kill(self) -> None:
+        """Airflow's task runner calls this from its SIGTERM handler (sync mode): a user marked the
+        running task failed or success, or cleared it, or the worker is shutting down. The kill path
+        (:meth:`avsim.operators.kube_sync.SyncPodPath.kill`) deletes the pod and its Lease; the task's
+        thread then raises ``PhaseKilled`` and records nothing. A deferred phase is killed in its
+        trigger (:meth:`avsim.triggers.phase_pod.PhasePodTrigger.on_kill`), not here."""
+        self._user_kill.set()
+        kpo_mark_killed(self)  # the stock operator's flag: its own cleanup steps stand down
+        if self._sync is not None:
+            self._sync.kill(self.pod, self.termination_grace_period)
+
+    def _raise_killed(self, pod: k8s.V1Pod) -> NoReturn:
+        namespace = pod.metadata.namespace or str(self.namespace or self.kube.namespace)
+        number = self._attempt.attempt if self._attempt is not None else None
+        sync = self._sync or SyncPodPath(self.pods_hook, node_class="", check_interval=0, log=self.log)
+        sync.raise_killed(
+            namespace, pod.metadata.name, self.termination_grace_period, self.lifecycle.args.where(number)
+        )
 
     # -- deferrable: the shared-watch trigger ------------------------------------------------------
     def invoke_defer_method(self, last_log_time: Any = None, context: Context | None = None) -> None:
@@ -290,7 +306,7 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
             pod_name=self.pod.metadata.name,
             namespace=self.pod.metadata.namespace,
             attempt=self._attempt.attempt,
-            node_class=self.node_class,
+            node_class=self._attempt.node_class,
             lease_seconds=self._attempt.runtime.lease_seconds,
             startup_timeout=float(self.startup_timeout_seconds),
             kubernetes_conn_id=self.kubernetes_conn_id,
@@ -303,7 +319,7 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
         )
         commit = self._pass_commit(context)
         if commit is not None:
-            from avsim.operators.pass_commit import PassCommitTrigger
+            from avsim.triggers.pass_commit import PassCommitTrigger
 
             trigger: PhasePodTrigger = PassCommitTrigger(commit=commit, **wait)
         else:
@@ -317,14 +333,12 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
         )
 
     def _pass_commit(self, context: Context | None) -> dict[str, Any] | None:
-        """What the trigger needs to end a passed attempt without a worker (:mod:`avsim.operators.pass_commit`);
+        """What the trigger needs to end a passed attempt without a worker (:mod:`avsim.triggers.pass_commit`);
         None with pod callbacks (they run in the worker when the pod completes)."""
         if context is None or self.callbacks:
             return None
-        from avsim.operators.pass_commit import pass_commit
-
         assert self._attempt is not None and self._started is not None
-        return pass_commit(self, context, self._attempt, self._started).to_json()
+        return self.lifecycle.pass_commit(context, self._attempt, self._started).to_json()
 
     def attempt_deadline_seconds(self, a: PhaseAttempt) -> float:
         """The longest an attempt's pod may take, from the attempt's start to its end: pending up to
@@ -351,7 +365,7 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
 
         # A resumed task instance is a new task process with the operator as its DAG file builds it: an
         # on-demand twin has no case and no run there until it takes its spot task's hand-over again.
-        self.take_over(context)
+        self.lifecycle = PhaseLifecycle.of(self, context)
         error = (next_kwargs or {}).get("error")
         if next_method != TRIGGER_FAIL_REPR or error != TriggerFailureReason.TRIGGER_TIMEOUT:
             return super().resume_execution(next_method, next_kwargs, context)
@@ -363,25 +377,26 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
         is the phase's, and no failure is recorded over it. Otherwise the claimed attempt ends
         ``infra_failed``/``timeout`` (and the fence in :meth:`end_attempt` still refuses it if its end
         was settled meanwhile)."""
-        self.attempt_for(context)  # its inputs are still there: a missing one fails here, as before
-        committed, number = self.service.committed_after_timeout()
+        life = self.lifecycle
+        life.attempt_for(context)  # its inputs are still there: a missing one fails here
+        committed, number = life.service.committed_after_timeout()
         if committed is not None:
             self.log.warning(
                 "the deferral of %s timed out, but attempt %d's result is committed: returned, nothing recorded",
-                self._where(),
+                life.args.where(),
                 committed.result.attempt,
             )
             return self._result(context, committed.xcom())
         # The attempt this try deferred on, not the phase's current one: a newer try may own that.
         ti = context["ti"]
-        number = self.service.attempt_of_try(int(ti.try_number), str(ti.task_id)) or number
-        attempt, _ = self.attempt_for(context, number)
-        started = self.service.started_at(number)
+        number = life.service.attempt_of_try(int(ti.try_number), str(ti.task_id)) or number
+        attempt = life.attempt_for(context, number)
+        started = life.service.started_at(number)
         name = pods.pod_name(attempt.layout.run_key, attempt.case_id, attempt.phase, number)
         namespace = str(self.namespace or self.kube.namespace)
         limit = self.deferral_timeout_seconds(attempt)
         self.log.error(
-            "the deferral of %s timed out after %gs: ending pod %s", self._where(number), limit, name
+            "the deferral of %s timed out after %gs: ending pod %s", life.args.where(number), limit, name
         )
         result = AttemptResult(
             Outcome.INFRA_FAILED,
@@ -393,9 +408,9 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
         )
         # The fence first: the pod is deleted only once this try has ended the attempt it owns (a
         # newer try's ownership raises AttemptSuperseded here, and its pod is left to it).
-        ended = self.record_end(context, attempt, result, started)
+        ended = life.record_end(context, attempt, result, started)
         self._delete(namespace, name)
-        return self._result(context, self.finish(context, ended))
+        return self._result(context, life.finish(context, ended))
 
     def phase_complete(
         self,
@@ -408,7 +423,7 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
         and ``cache_key`` are the attempt's, as it deferred (absent from a deferral before they were)."""
         resolved = (inputs, cache_key or "") if inputs is not None else None
         ended = PodEvent.model_validate(event)
-        attempt, _ = self.attempt_for(context, ended.attempt, resolved)
+        attempt = self.lifecycle.attempt_for(context, ended.attempt, resolved)
         started = dt.datetime.fromisoformat(ended.started_at) if ended.started_at else dt.datetime.now(dt.UTC)
         name, namespace = ended.pod, ended.namespace
         result = ended.result()
@@ -416,39 +431,27 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
             self.log.warning(
                 "the trigger could not watch pod %s: %s; reading it directly", name, ended.message
             )
-            result = self._read_result(namespace, name) or AttemptResult(
+            result = self._read_result(namespace, name, attempt.node_class) or AttemptResult(
                 Outcome.INFRA_FAILED,
                 None,
                 f"lost track of pod {name}: {ended.message}",
                 Detail.WATCH_ERROR,
                 name,
             )
-        return self._result(context, self._conclude(context, attempt, result, namespace, name, started))
+        final = self._final(result, namespace, name)
+        return self._result(context, self.lifecycle.end_attempt(context, attempt, final, started))
 
-    def _read_result(self, namespace: str, name: str) -> AttemptResult | None:
-        try:
-            remote = self.client.read_namespaced_pod(name, namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            return pods.classify_pod(None, node_class=self.node_class)
+    def _read_result(self, namespace: str, name: str, node_class: str) -> AttemptResult | None:
+        remote = self.pods_hook.read_pod(namespace, name)
         return pods.classify_pod(
-            self.client.api_client.sanitize_for_serialization(remote),
-            node_class=self.node_class,
-            now=time.time(),
+            remote, node_class=node_class, now=time.time() if remote is not None else None
         )
 
-    def _conclude(
-        self,
-        context: Context,
-        attempt: PhaseAttempt,
-        result: AttemptResult,
-        namespace: str,
-        name: str,
-        started: dt.datetime,
-    ) -> dict[str, Any]:
+    def _final(self, result: AttemptResult, namespace: str, name: str) -> AttemptResult:
+        """How the pod's attempt ended, as recorded: a failure's log tail in its reason, the pod as its
+        runner; the pod and its Lease deleted."""
         if result.detail != Detail.VANISHED and not result.outcome.produced_output:
-            tail = self._log_tail(namespace, name)
+            tail = self.pods_hook.log_tail(namespace, name, self.base_container_name, LOG_TAIL_LINES)
             if tail:
                 self.log.info("last lines of pod %s:\n%s", name, tail)
                 result = AttemptResult(
@@ -460,18 +463,4 @@ class KubernetesPhaseOperator(SyncPodPath, KubernetesPodOperator, PhaseLifecycle
                 )
         # A pod on a lost node is never removed by a graceful delete: its kubelet is gone.
         self._delete(namespace, name, grace=0 if result.detail in FORCE_DELETE_DETAILS else None)
-        return self.end_attempt(
-            context,
-            attempt,
-            AttemptResult(result.outcome, result.exit_code, result.reason, result.detail, name),
-            started,
-        )
-
-    def _log_tail(self, namespace: str, name: str) -> str:
-        try:
-            text = self.client.read_namespaced_pod_log(
-                name, namespace, container=self.base_container_name, tail_lines=LOG_TAIL_LINES
-            )
-        except ApiException:
-            return ""
-        return str(text or "").strip()
+        return AttemptResult(result.outcome, result.exit_code, result.reason, result.detail, name)

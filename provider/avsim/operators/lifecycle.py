@@ -1,125 +1,186 @@
 """The phase operators' side of the attempt service: Airflow's context in, Airflow's terms out.
 
-A phase operator (:class:`avsim.operators.phase.LocalPhaseOperator`, the Kubernetes pod operator)
-mixes in :class:`PhaseLifecycle` and calls two methods around the launch it implements,
-:meth:`PhaseLifecycle.begin_attempt` and :meth:`PhaseLifecycle.end_attempt`. Both hand over to the
-Airflow-free :class:`avsim.attempt.service.AttemptService`, which makes every decision; this adapter
-only translates:
-
-* in: the rendered fields into one :class:`~avsim.attempt.args.PhaseArgs`, the task instance into a
-  :class:`~avsim.attempt.args.TryView`, the upstream phases' results (XCom) into the attempt's inputs;
-* out: the service's answer (:mod:`avsim.attempt.steps`) into a return value, the exception
-  :data:`~avsim.operators.exceptions.FAILURE_EXCEPTIONS` names, or the hand-over to the on-demand
-  twin (its XCom and a skip); and the effects the service asks for on its way (the
-  ``avsim_outcome`` XCom, readying the twin through the REST API).
+Both phase operators take the phase's arguments as keywords (:func:`phase_keywords`) and hold a
+:class:`PhaseLifecycle` for the try that runs, built from their rendered fields. It runs the one
+sequence of a phase task (:meth:`PhaseLifecycle.execute`: begin, the backend's launch and watch,
+end) and translates the Airflow-free :class:`avsim.attempt.service.AttemptService`'s answers into a
+return value, the exception :data:`~avsim.operators.exceptions.FAILURE_EXCEPTIONS` names, or the
+hand-over to the on-demand twin.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import datetime as dt
+import functools
+import inspect
+from collections.abc import Callable, Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from avsim import airflow_internals
 from avsim.attempt import PhaseAttempt
-from avsim.attempt.args import PhaseArgs, TryView, upstream_task_ids
+from avsim.attempt.args import OPERATOR_FIELDS, PhaseArgs, TryView
 from avsim.attempt.service import AttemptService, ResolvedInputs
 from avsim.attempt.steps import Done, Ended, HandOver, Launch, Stop
-from avsim.contracts import OUTCOME_XCOM_KEY, PhaseResult
-from avsim.phases import policy
+from avsim.contracts import OUTCOME_XCOM_KEY, PassCommit, PhaseResult
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, AttemptResult
 from avsim.phases.policy import Role
 from avsim.plan.model import ON_DEMAND_SUFFIX
 
 if TYPE_CHECKING:
-    import datetime as dt
-
     from airflow.sdk import Context
 
-__all__ = ["HANDOVER_XCOM", "NODE_CPU", "NODE_ON_DEMAND", "NODE_SPOT", "AttemptResult", "PhaseLifecycle"]
+__all__ = [
+    "HANDOVER_XCOM",
+    "NODE_CPU",
+    "NODE_ON_DEMAND",
+    "NODE_SPOT",
+    "AttemptResult",
+    "Backend",
+    "HeldLifecycle",
+    "PhaseLifecycle",
+    "phase_keywords",
+]
 
 #: The XCom a spot task leaves its on-demand twin when it hands a GPU phase over.
 HANDOVER_XCOM = "avsim_handover"
 #: States an earlier round can leave an on-demand twin in, from which it would never run again.
 TWIN_LEFT_BEHIND = frozenset({"skipped", "failed", "upstream_failed", "success", "removed"})
 
+#: The operators' keyword parameters for :class:`PhaseArgs`'s fields (a default factory's is None).
+_PHASE_PARAMETERS = [
+    inspect.Parameter(
+        f.name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=f.default if f.default is not dataclasses.MISSING else inspect.Parameter.empty,
+    )
+    if f.default_factory is dataclasses.MISSING
+    else inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None)
+    for f in OPERATOR_FIELDS
+]
+_PHASE_NAMES = tuple(f.name for f in OPERATOR_FIELDS)
+
+
+def phase_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    """An operator's ``__init__`` that also takes :class:`PhaseArgs`'s fields (but ``task_id`` and
+    ``retries``, the operator's own) as keywords and keeps them as the operator's fields, which
+    Airflow renders (``case``, ``run`` and ``inputs`` are templated). Its signature names them, so
+    Airflow's ``partial``/``expand`` check them as any operator's keywords."""
+    own = list(inspect.signature(init).parameters.values())
+    variadic = [p for p in own if p.kind is inspect.Parameter.VAR_KEYWORD]
+    named = [p for p in own if p.kind is not inspect.Parameter.VAR_KEYWORD]
+
+    @functools.wraps(init)
+    def __init__(self: Any, **kwargs: Any) -> None:
+        given = {name: kwargs.pop(name) for name in _PHASE_NAMES if name in kwargs}
+        missing = [p.name for p in _PHASE_PARAMETERS if p.default is p.empty and p.name not in given]
+        if missing:
+            raise TypeError(f"missing phase arguments: {missing}")
+        init(self, **kwargs)
+        defaults = {p.name: p.default for p in _PHASE_PARAMETERS if p.default is not p.empty}
+        for name, value in {**defaults, **given}.items():
+            setattr(self, name, value)
+        self.role = Role(self.role)
+
+    __init__.__signature__ = inspect.Signature([*named, *_PHASE_PARAMETERS, *variadic])  # type: ignore[attr-defined]
+    return __init__
+
+
+class HeldLifecycle:
+    """An operator's :class:`PhaseLifecycle`: the one its task set when it ran or resumed (with an
+    on-demand twin's hand-over taken), else one built from its fields as they are."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, op: Any, owner: type | None = None) -> Any:
+        if op is None:
+            return self
+        held = op.__dict__.get(self.slot)
+        if held is None:
+            held = op.__dict__[self.slot] = PhaseLifecycle.of(op)
+        return held
+
+    def __set__(self, op: Any, lifecycle: PhaseLifecycle) -> None:
+        op.__dict__[self.slot] = lifecycle
+
+
+class Backend(Protocol):
+    """What a backend supplies to :meth:`PhaseLifecycle.execute`: the launch, and the watch until the
+    attempt ends."""
+
+    def runs(self, attempt: PhaseAttempt) -> str:
+        """What runs ``attempt``, in the log's words."""
+        ...
+
+    def launch(self, attempt: PhaseAttempt, started: dt.datetime, context: Context) -> AttemptResult:
+        """Run the claimed ``attempt`` and watch it until it ends: how it ended."""
+        ...
+
 
 class PhaseLifecycle:
-    """Mixin for phase operators. Their constructors pass the phase keywords to :meth:`init_phase`,
-    which keeps them as the operator's (templated) fields; :class:`PhaseArgs` is built from them,
-    rendered, when the task runs (:attr:`service`)."""
+    """One try of a phase task, in Airflow's terms, over its :class:`AttemptService`.
 
-    phase: str
-    case: Any
-    run: Any
-    upstream_phases: Mapping[str, Sequence[str]]
-    inputs: Any
-    role: Role
-    gpus: int
-    task_id: str
-    retries: int | None
-    log: Any
-    reuse_outputs: bool
+    :param args: the task's phase arguments, rendered.
+    :param log: the task's logger.
+    """
 
-    def init_phase(self, **keywords: Any) -> None:
-        """Keep the phase keywords of :meth:`PhaseArgs.of` (all but ``task_id`` and ``retries``, the
-        operator's own) as fields: ``case``, ``run`` and ``inputs`` are templated."""
-        unknown = set(keywords) - PHASE_KEYWORDS
-        if unknown:
-            raise TypeError(f"unknown phase arguments: {sorted(unknown)}")
-        for name, value in keywords.items():
-            setattr(self, name, value)
-        self.upstream_phases = upstream_task_ids(keywords.get("upstream_phases"))
-        self.role = Role(keywords.get("role", Role.REGULAR))
+    def __init__(self, args: PhaseArgs, log: Any) -> None:
+        self.args = args
+        self.log = log
 
-    @property
-    def node_class(self) -> str:
-        return policy.node_class_for(self.gpus, Role(self.role))
-
-    def phase_args(self) -> PhaseArgs:
-        """The task's phase arguments, from its fields as rendered."""
-        return PhaseArgs.of(
-            phase=self.phase,
-            case=self.case,
-            run=self.run,
-            task_id=self.task_id,
-            upstream_phases=self.upstream_phases,
-            inputs=self.inputs,
-            role=self.role,
-            gpus=self.gpus,
-            reuse_outputs=self.reuse_outputs,
-            retries=self.retries,
-        )
+    @classmethod
+    def of(cls, op: Any, context: Context | None = None) -> PhaseLifecycle:
+        """The lifecycle of operator ``op``'s task, from its fields as rendered. With ``context``, an
+        on-demand twin first takes the case and the run its spot task handed over (the twin has no
+        other upstream, so its trigger rule can say "run only when the spot task handed over")."""
+        fields = {name: getattr(op, name) for name in _PHASE_NAMES}
+        if context is not None and Role(fields["role"]) is Role.ON_DEMAND:
+            fields.update(handed_over(str(op.task_id), context["ti"]))
+        return cls(PhaseArgs.of(**fields, task_id=op.task_id, retries=op.retries), op.log)
 
     @cached_property
     def service(self) -> AttemptService:
-        """The attempt service of this task (built when first used: after the fields are rendered)."""
+        """The attempt service of this task."""
         from avsim import metrics
 
-        return AttemptService(self.phase_args(), meter=metrics, log=self.log)
+        return AttemptService(self.args, meter=metrics, log=self.log)
 
     def try_view(self, ti: Any) -> TryView:
         return TryView(
             try_number=int(ti.try_number),
-            max_tries=int(getattr(ti, "max_tries", self.retries or 0) or 0),
+            max_tries=int(getattr(ti, "max_tries", self.args.retries or 0) or 0),
             map_index=int(getattr(ti, "map_index", -1)),
         )
 
-    def _where(self, attempt: int | None = None) -> str:
-        return f"phase {self.phase!r} of case {dict(self.case or {}).get('case_id')!r}" + (
-            f" (attempt {attempt})" if attempt else ""
+    def execute(self, context: Context, backend: Backend) -> dict[str, Any]:
+        """A phase task's one sequence: begin the attempt, let ``backend`` launch and watch it, end it.
+        Returns the phase's result; raises by class, or to defer (the backend's launch)."""
+        begun = self.begin_attempt(context)
+        if isinstance(begun, dict):
+            return begun
+        started = dt.datetime.now(dt.UTC)
+        self.log.info(
+            "avsim phase %s of case %s, attempt %d on %s: %s",
+            begun.phase,
+            begun.case_id,
+            begun.attempt,
+            self.args.node_class,
+            backend.runs(begun),
         )
+        result = backend.launch(begun, started, context)
+        return self.end_attempt(context, begun, result, started)
 
     # -- in ---------------------------------------------------------------------------------------
     def resolve_inputs(self, context: Context) -> ResolvedInputs:
         """Upstream phase -> committed output URI, and -> its cache key, from the upstream results."""
-        if self.inputs:
-            return ResolvedInputs(dict(self.inputs))
+        if self.args.inputs:
+            return ResolvedInputs(dict(self.args.inputs))
         ti = context["ti"]
         uris: dict[str, str] = {}
         keys: dict[str, str] = {}
-        for up_phase, task_ids in self.upstream_phases.items():
+        for up_phase, task_ids in self.args.upstream_phases.items():
             value: PhaseResult | None = None
             for task_id in task_ids:  # a spot task and its on-demand twin: one of them produced it
                 found = airflow_internals.pulled_xcom(
@@ -132,7 +193,7 @@ class PhaseLifecycle:
                 from avsim.operators.exceptions import PhaseBadInput
 
                 raise PhaseBadInput(
-                    f"{self._where()}: upstream phase {up_phase!r} ({', '.join(task_ids)}) left no committed output"
+                    f"{self.args.where()}: upstream phase {up_phase!r} ({', '.join(task_ids)}) left no committed output"
                 )
             uris[up_phase] = value.output_uri
             keys[up_phase] = value.cache_key
@@ -140,33 +201,33 @@ class PhaseLifecycle:
 
     def attempt_for(
         self, context: Context, number: int = 0, resolved: tuple[Mapping[str, str], str] | None = None
-    ) -> tuple[PhaseAttempt, str]:
-        """The phase's attempt ``number`` (0: not claimed yet) and its cache key. A deferred operator
-        that resumes rebuilds its attempt from the inputs and cache key it ``resolved`` before it
-        deferred (no upstream XCom read again)."""
+    ) -> PhaseAttempt:
+        """The phase's attempt ``number`` (0: not claimed yet). A deferred operator that resumes
+        rebuilds its attempt from the inputs and cache key it ``resolved`` before it deferred (no
+        upstream XCom read again)."""
         if resolved is not None:
-            attempt = self.service.attempt_for(ResolvedInputs(dict(resolved[0])), number, resolved[1])
-        else:
-            attempt = self.service.attempt_for(self.resolve_inputs(context), number)
-        return attempt, attempt.cache_key
+            return self.service.attempt_for(ResolvedInputs(dict(resolved[0])), number, resolved[1])
+        return self.service.attempt_for(self.resolve_inputs(context), number)
 
-    def take_over(self, context: Context) -> None:
-        """An on-demand twin takes the case and the run its spot task handed over (the twin has no other
-        upstream, so its trigger rule can say "run only when the spot task handed over")."""
-        if self.role is not Role.ON_DEMAND:
-            return
-        ti = context["ti"]
-        spot = self.task_id[: -len(ON_DEMAND_SUFFIX)]
-        handed = ti.xcom_pull(task_ids=spot, key=HANDOVER_XCOM, map_indexes=ti.map_index)
-        if not isinstance(handed, dict) or "case" not in handed or "run" not in handed:
-            from avsim.errors import AvsimError
-
-            raise AvsimError(
-                f"{self.task_id}: no hand-over from {spot} for map index {ti.map_index}; the twin runs only "
-                f"after its spot task handed over: clear {spot} (with Downstream) instead"
-            )
-        self.case, self.run = handed["case"], handed["run"]
-        self.__dict__.pop("service", None)
+    def pass_commit(self, context: Context, attempt: PhaseAttempt, started: dt.datetime) -> PassCommit:
+        """What the committing trigger needs to end ``attempt`` when its pod passes."""
+        args = self.args
+        tv = self.try_view(context["ti"])
+        return PassCommit(
+            run=self.service.descriptor,
+            case=args.case.to_json(),
+            phase=args.phase,
+            task_id=args.task_id,
+            role=args.role.value,
+            gpus=attempt.runtime.gpus,
+            node_class=args.node_class,
+            attempt=attempt.attempt,
+            output_uri=attempt.output_uri,
+            cache_key=attempt.cache_key,
+            try_number=tv.try_number,
+            round_start=tv.round_start(args.retries),
+            started_at=started.isoformat(),
+        )
 
     # -- the service's way -------------------------------------------------------------------------
     def begin_attempt(self, context: Context) -> PhaseAttempt | dict[str, Any]:
@@ -207,7 +268,7 @@ class PhaseLifecycle:
             raise PhaseFallbackToOnDemand(ended.message)
         raise stop_exception(ended)
 
-    def _ready_the_twin(self, ti: Any) -> None:
+    def ready_twin(self, ti: Any) -> None:
         """Make sure the on-demand twin runs once this spot task ends skipped.
 
         The twin runs when its only upstream, this task, was skipped (``all_skipped``). When this task
@@ -217,7 +278,8 @@ class PhaseLifecycle:
         the REST API (``[avsim] airflow_api_conn_id``), before the hand-over. A twin not yet decided
         (the first round) needs nothing, and is read with one execution-API call.
         """
-        twin = f"{self.task_id}{ON_DEMAND_SUFFIX}"
+        task_id = self.args.task_id
+        twin = f"{task_id}{ON_DEMAND_SUFFIX}"
         map_index = int(getattr(ti, "map_index", -1))
         state = airflow_internals.task_instance_state(ti, ti.dag_id, ti.run_id, twin, map_index)
         if state not in TWIN_LEFT_BEHIND:
@@ -236,27 +298,36 @@ class PhaseLifecycle:
                 include_downstream=False,
                 task_ids=[(twin, map_index)],
                 reset_dag_runs=False,
-                note=f"readied for the hand-over of {self.task_id} (try {ti.try_number})",
+                note=f"readied for the hand-over of {task_id} (try {ti.try_number})",
             )
         except (AirflowApiError, AirflowNotFoundException) as exc:
             from avsim.operators.exceptions import RepairFailed
 
             raise RepairFailed(
-                f"{self._where()}: must hand over to {twin}, which an earlier round left {state}, and could "
+                f"{self.args.where()}: must hand over to {twin}, which an earlier round left {state}, and could "
                 f"not clear it: {exc}. Clear {twin} (map index {map_index}) and this task, or check the "
                 f"connection {conn_id!r} ([avsim] airflow_api_conn_id)"
             ) from None
         self.log.warning(
             "%s: cleared %s (left %s by an earlier round) so it takes the hand-over",
-            self._where(),
+            self.args.where(),
             twin,
             state,
         )
 
 
-#: The phase keywords an operator keeps as fields (:meth:`PhaseLifecycle.init_phase`): PhaseArgs's
-#: fields but the operator's own ``task_id`` and ``retries``.
-PHASE_KEYWORDS = frozenset(f.name for f in dataclasses.fields(PhaseArgs)) - {"task_id", "retries"}
+def handed_over(task_id: str, ti: Any) -> dict[str, Any]:
+    """The case and the run the spot task of on-demand twin ``task_id`` handed over (its XCom)."""
+    spot = task_id[: -len(ON_DEMAND_SUFFIX)]
+    handed = ti.xcom_pull(task_ids=spot, key=HANDOVER_XCOM, map_indexes=ti.map_index)
+    if not isinstance(handed, dict) or "case" not in handed or "run" not in handed:
+        from avsim.errors import AvsimError
+
+        raise AvsimError(
+            f"{task_id}: no hand-over from {spot} for map index {ti.map_index}; the twin runs only "
+            f"after its spot task handed over: clear {spot} (with Downstream) instead"
+        )
+    return {"case": handed["case"], "run": handed["run"]}
 
 
 class _TaskSide:
@@ -269,7 +340,7 @@ class _TaskSide:
         self.ti.xcom_push(key=OUTCOME_XCOM_KEY, value=result.to_json())
 
     def ready_twin(self) -> None:
-        self.op._ready_the_twin(self.ti)
+        self.op.ready_twin(self.ti)
 
 
 def stop_exception(stop: Stop) -> Exception:

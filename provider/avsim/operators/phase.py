@@ -1,14 +1,11 @@
 """Phase operators: one task instance = one phase of one case (or one run-level phase).
 
-:class:`AvsimPhaseOperator` is a ``BaseOperator`` with the phase contract's lifecycle
-(:class:`avsim.operators.lifecycle.PhaseLifecycle`, the adapter of the Airflow-free
-:class:`avsim.attempt.service.AttemptService`): begin the attempt (reuse a committed or cached
-result, check the build's breaker and the retry budgets, claim the attempt), launch it, end it
-(record, classify, commit, retry by class). A backend overrides one seam,
-:meth:`AvsimPhaseOperator.launch`, which runs the attempt and says how it ended.
-:class:`LocalPhaseOperator` (the embedded default) runs it as a local process and watches its
-heartbeat. The Kubernetes backend (:mod:`avsim.operators.kubernetes`) is a
-``KubernetesPodOperator`` subclass with the same lifecycle.
+:class:`AvsimPhaseOperator` is a ``BaseOperator`` that takes the phase's arguments
+(:func:`avsim.operators.lifecycle.phase_keywords`) and runs its task's one sequence through the
+:class:`avsim.operators.lifecycle.PhaseLifecycle` it holds; a backend supplies the launch and the
+watch (:meth:`AvsimPhaseOperator.launch`). :class:`LocalPhaseOperator` (the embedded default) runs
+the attempt as a local process and watches its heartbeat. The Kubernetes backend
+(:mod:`avsim.operators.kubernetes`) is a ``KubernetesPodOperator`` with the same lifecycle.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +29,8 @@ from airflow.sdk import BaseOperator
 
 from avsim.attempt import PhaseAttempt
 from avsim.links import PHASE_LINKS
-from avsim.operators.lifecycle import AttemptResult, PhaseLifecycle
+from avsim.operators.exceptions import PhaseKilled
+from avsim.operators.lifecycle import AttemptResult, HeldLifecycle, PhaseLifecycle, phase_keywords
 from avsim.phases import contract
 from avsim.phases.contract import Detail, Outcome, classify_exit_code
 from avsim.phases.heartbeat import lease_age
@@ -41,73 +39,41 @@ from avsim.phases.policy import Role
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+__all__ = ["AvsimPhaseOperator", "LocalPhaseOperator", "PhaseKilled", "resolve_command"]
+
 #: The lines of a phase's output kept for the ledger's ``reason`` when it fails.
 REASON_TAIL_LINES = 5
 
 
-class AvsimPhaseOperator(BaseOperator, PhaseLifecycle):
+class AvsimPhaseOperator(BaseOperator):
     """Runs one phase under the avsim phase contract. Subclasses implement :meth:`launch`.
 
-    :param phase: the phase name (as in the graph).
-    :param case: the case entry (a dict; usually the mapped group's argument).
-    :param run: the run descriptor (``run_key``, ``artifact_root``, ``build_id``, ``image``),
-        usually an XComArg of the task that prepared the run.
-    :param upstream_phases: upstream phase name -> task id(s) whose committed output is an input.
-    :param inputs: fixed inputs (name -> URI), for run-level phases.
-    :param role: ``regular``, or ``spot`` / ``on_demand`` for a GPU phase with an on-demand twin.
-    :param gpus: GPUs the phase takes (its node class follows: cpu, gpu-spot, gpu-on-demand).
-    :param reuse_outputs: commit a cached result with the same cache key instead of launching.
+    Takes :class:`avsim.attempt.args.PhaseArgs`'s fields as keywords (``phase``, ``case``, ``run``,
+    ``upstream_phases``, ``inputs``, ``role``, ``gpus``, ``reuse_outputs``); the rest go to
+    ``BaseOperator``.
     """
 
     template_fields: Sequence[str] = ("case", "run", "inputs")
     ui_color = "#d8ecf3"
     #: From a phase task instance to its case page and its artifacts (avsim.links).
     operator_extra_links = PHASE_LINKS
+    role: Role
+    #: The try's lifecycle, built from the rendered fields when the task runs.
+    lifecycle = HeldLifecycle()
 
-    def __init__(
-        self,
-        *,
-        phase: str,
-        case: Any,
-        run: Any,
-        upstream_phases: Mapping[str, str | Sequence[str]] | None = None,
-        inputs: Any = None,
-        role: Role | str = Role.REGULAR,
-        gpus: int = 0,
-        reuse_outputs: bool = True,
-        **kwargs: Any,
-    ) -> None:
+    @phase_keywords
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.init_phase(
-            phase=phase,
-            case=case,
-            run=run,
-            upstream_phases=upstream_phases,
-            inputs=inputs,
-            role=role,
-            gpus=gpus,
-            reuse_outputs=reuse_outputs,
-        )
 
     def execute(self, context: Context) -> dict[str, Any]:
-        self.take_over(context)
-        begun = self.begin_attempt(context)
-        if isinstance(begun, dict):
-            return begun
-        started = dt.datetime.now(dt.UTC)
-        self.log.info(
-            "avsim phase %s of case %s, attempt %d on %s: %s",
-            begun.phase,
-            begun.case_id,
-            begun.attempt,
-            self.node_class,
-            " ".join(begun.argv),
-        )
-        result = self.launch(begun, context)
-        return self.end_attempt(context, begun, result, started)
+        self.lifecycle = PhaseLifecycle.of(self, context)
+        return self.lifecycle.execute(context, self)
 
     # -- the backend seam ---------------------------------------------------------------------
-    def launch(self, attempt: PhaseAttempt, context: Context) -> AttemptResult:
+    def runs(self, attempt: PhaseAttempt) -> str:
+        return " ".join(attempt.argv)
+
+    def launch(self, attempt: PhaseAttempt, started: dt.datetime, context: Context) -> AttemptResult:
         raise NotImplementedError
 
 
@@ -136,7 +102,7 @@ class LocalPhaseOperator(AvsimPhaseOperator):
     #: How often the worker looks at the process and its heartbeat, in seconds.
     watch_interval: float = 0.5
 
-    def launch(self, attempt: PhaseAttempt, context: Context) -> AttemptResult:
+    def launch(self, attempt: PhaseAttempt, started: dt.datetime, context: Context) -> AttemptResult:
         hb_dir = tempfile.mkdtemp(prefix="avsim-heartbeat-")
         hb_file = Path(hb_dir) / f"{attempt.case_id}.{attempt.phase}.{attempt.attempt}"
         try:
@@ -150,7 +116,7 @@ class LocalPhaseOperator(AvsimPhaseOperator):
     def _run(self, attempt: PhaseAttempt, hb_file: Path) -> AttemptResult:
         killed = self._killed_event()
         if killed.is_set():
-            raise PhaseKilled(f"{self._where(attempt.attempt)} was killed before it started")
+            raise PhaseKilled(f"{self.lifecycle.args.where(attempt.attempt)} was killed before it started")
         env = {**os.environ, **attempt.environment()}
         # The task process's parent is its worker (Airflow's supervisor). Airflow 3 gives the task
         # process nothing that ends it with its supervisor, so a worker killed with -9 would leave
@@ -211,7 +177,9 @@ class LocalPhaseOperator(AvsimPhaseOperator):
             # Not an end of the attempt to record: the task is no longer the phase's to run. Nothing
             # is committed, the breaker is not fed; the next try records the attempt as lost.
             reader.join(timeout=5)
-            raise PhaseKilled(f"{self._where(attempt.attempt)} was killed ({runner}): nothing recorded")
+            raise PhaseKilled(
+                f"{self.lifecycle.args.where(attempt.attempt)} was killed ({runner}): nothing recorded"
+            )
         reader.join(timeout=30)
         outcome = classify_exit_code(code)
         reason = " | ".join(t for t in tail if t) if code else ""
@@ -262,11 +230,6 @@ class LocalPhaseOperator(AvsimPhaseOperator):
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-
-
-class PhaseKilled(Exception):
-    """The running phase was killed through :meth:`LocalPhaseOperator.on_kill`; its attempt is not
-    recorded (the task instance's state is the user's, the next try records the attempt as lost)."""
 
 
 def die_with_parent(argv: list[str]) -> tuple[list[str], Callable[[], None] | None]:

@@ -17,11 +17,13 @@ from tests.support.kube_settings import KUBE
 
 from avsim.artifacts import RunLayout
 from avsim.attempt import PhaseAttempt, PhaseRuntime
+from avsim.attempt.service import AttemptService
 from avsim.contracts.case import CaseEntry
 from avsim.kube import pods
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
 from avsim.operators.kubernetes import DEFERRAL_MARGIN_SECONDS, KubernetesPhaseOperator
+from avsim.operators.lifecycle import PhaseLifecycle
 from avsim.phases.contract import Outcome
 from avsim.phases.policy import Role
 
@@ -50,6 +52,7 @@ def operator(lease_seconds: float) -> tuple[KubernetesPhaseOperator, PhaseAttemp
     op = KubernetesPhaseOperator(
         task_id="standard.prepare", phase="prepare", case=case, run=run, role=Role.REGULAR, kube=KUBE
     )
+    op.lifecycle = PhaseLifecycle.of(op)
     attempt = PhaseAttempt(
         layout=RunLayout(run["artifact_root"], run["run_key"]),
         case=CaseEntry.model_validate(case),
@@ -59,7 +62,7 @@ def operator(lease_seconds: float) -> tuple[KubernetesPhaseOperator, PhaseAttemp
         build_id="b",
         image=run["image"],
         inputs={},
-        node_class=op.node_class,
+        node_class=op.lifecycle.args.node_class,
     )
     return op, attempt
 
@@ -91,11 +94,12 @@ def test_a_resumed_phase_rebuilds_its_attempt_without_reading_upstream_xcoms(
     op, _ = operator(0)
     op.upstream_phases = {"prepare": ["standard.prepare"]}
     # The phase's spec from the run's snapshot (which the ledger would read).
-    monkeypatch.setattr(op.service, "runtime_spec", lambda: phase_spec(0)[1])
+    monkeypatch.setattr(AttemptService, "runtime_spec", lambda self: phase_spec(0)[1])
+    monkeypatch.setattr(op, "_final", lambda result, ns, name: result)
     monkeypatch.setattr(
-        op,
-        "_conclude",
-        lambda context, a, result, ns, name, started: {"attempt": a, "outcome": result.outcome.value},
+        PhaseLifecycle,
+        "end_attempt",
+        lambda self, context, a, result, started: {"attempt": a, "outcome": result.outcome.value},
     )
     monkeypatch.setattr(op, "_result", lambda context, result: result)
     pulled: list[str] = []
@@ -158,10 +162,13 @@ def _two_tries(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> tuple[Any, Pha
     op, attempt = operator(0)
     layout = RunLayout(f"file://{tmp_path}", "avsim_weekly__x")
     attempt = attempt.with_attempt(1, layout=layout)
-    monkeypatch.setattr(op.service, "layout", layout)
     ledger = _claimed_by_tries(op, attempt, [1, 2])
-    monkeypatch.setattr(op.service, "ledger", ledger)
-    monkeypatch.setattr(op, "attempt_for", lambda context, number=0: (attempt.with_attempt(number), ""))
+    # The lifecycle the resumed task builds, over this ledger.
+    monkeypatch.setattr(AttemptService, "layout", layout)
+    monkeypatch.setattr(AttemptService, "ledger", ledger)
+    monkeypatch.setattr(
+        PhaseLifecycle, "attempt_for", lambda self, context, number=0: attempt.with_attempt(number)
+    )
     deleted: list[str] = []
     monkeypatch.setattr(op, "_delete", lambda ns, name, grace=None: deleted.append(name))
     return op, attempt, ledger, deleted
@@ -229,16 +236,21 @@ def test_an_on_demand_twin_resumes_with_the_case_its_spot_task_handed_over(
     context: Any = {"ti": SimpleNamespace(map_index=4, xcom_pull=xcom_pull)}
     seen: list[tuple[Any, Any]] = []
 
-    def attempt_for(context: Any, number: int = 0, resolved: Any = None) -> tuple[PhaseAttempt, str]:
-        seen.append((twin.case, twin.run))
-        return attempt.with_attempt(number), ""
+    def attempt_for(
+        life: PhaseLifecycle, context: Any, number: int = 0, resolved: Any = None
+    ) -> PhaseAttempt:
+        seen.append((life.args.case, life.args.run))
+        return attempt.with_attempt(number)
 
-    monkeypatch.setattr(twin, "attempt_for", attempt_for)
+    monkeypatch.setattr(PhaseLifecycle, "attempt_for", attempt_for)
+    monkeypatch.setattr(twin, "_final", lambda result, ns, name: result)
     monkeypatch.setattr(
-        twin, "_conclude", lambda context, a, result, ns, name, started: {"outcome": result.outcome.value}
+        PhaseLifecycle,
+        "end_attempt",
+        lambda self, context, a, result, started: {"outcome": result.outcome.value},
     )
     monkeypatch.setattr(twin, "_result", lambda context, result: result)
     event = dict(PASSED_EVENT)
     assert twin.resume_execution("phase_complete", {"event": event}, context) == {"outcome": "passed"}
     assert pulls == [("standard.simulate", HANDOVER_XCOM, 4)]
-    assert seen == [(spot.case, spot.run)]
+    assert seen == [(spot.lifecycle.args.case, spot.lifecycle.args.run)]

@@ -18,6 +18,8 @@ import pytest
 from tests.support.lifecycle import Phase, TaskInstance, Week, phase_task, prepared_week, wrote_result
 
 from avsim.attempt import PhaseAttempt
+from avsim.contracts import RunDescriptor
+from avsim.contracts.case import CaseEntry
 from avsim.operators import exceptions as exc
 from avsim.operators.lifecycle import HANDOVER_XCOM
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, AttemptResult, Outcome
@@ -33,15 +35,15 @@ def _try(task: Phase, ti: TaskInstance, result: AttemptResult) -> Any:
     """One Airflow try: begin (claim), then end with ``result``; returns the XCom or raises."""
     ti.max_tries = task.retries
     ctx = {"ti": ti}
-    attempt = task.begin_attempt(ctx)
+    attempt = task.lifecycle.begin_attempt(ctx)
     assert isinstance(attempt, PhaseAttempt), attempt
     if result.outcome.produced_output:  # a phase that reports a result wrote it (the contract)
         wrote_result(attempt)
-    return task.end_attempt(ctx, attempt, result, dt.datetime.now(dt.UTC))
+    return task.lifecycle.end_attempt(ctx, attempt, result, dt.datetime.now(dt.UTC))
 
 
 def _spec(task: Phase) -> dict[str, Any]:
-    return dict(task.service.runtime_spec().get("retry") or {})
+    return dict(task.lifecycle.service.runtime_spec().get("retry") or {})
 
 
 def test_a_passed_attempt_is_committed_and_a_later_try_reuses_it(week: Any) -> None:
@@ -50,7 +52,7 @@ def test_a_passed_attempt_is_committed_and_a_later_try_reuses_it(week: Any) -> N
     out = _try(task, ti, AttemptResult(Outcome.PASSED, 0))
     assert (out["outcome"], out["attempt"]) == ("passed", 1)
     ti.try_number = 2  # a cleared task: the committed result comes back, nothing is claimed
-    assert task.begin_attempt({"ti": ti}) == out
+    assert task.lifecycle.begin_attempt({"ti": ti}) == out
     assert (task.task_id, "avsim_outcome", 0) not in ti.xcoms  # the return value says it
     assert [a.attempt for a in week[2].attempts(week[1]["case_id"], "prepare")] == [1]
 
@@ -100,7 +102,7 @@ def test_spot_preemptions_hand_over_to_the_on_demand_twin_exactly_at_n(week: Any
     spot = phase_task(
         week, "prepare", Role.SPOT, 1
     )  # any phase runs the same rules; this one needs no inputs
-    assert spot.node_class == NODE_SPOT
+    assert spot.lifecycle.args.node_class == NODE_SPOT
     rules = _spec(spot)
     n, total = rules.get("on_demand_after_preemptions", 2), rules.get("preemption", 3)
     ti = TaskInstance(spot.task_id)
@@ -119,8 +121,14 @@ def test_spot_preemptions_hand_over_to_the_on_demand_twin_exactly_at_n(week: Any
     twin.set_retries = lambda: None  # type: ignore[method-assign]
     twin_ti = TaskInstance(twin.task_id, xcoms=ti.xcoms)
     twin.take_over({"ti": twin_ti})
-    assert (twin.case, twin.run, twin.node_class) == (case, run, NODE_ON_DEMAND)
+    took = twin.lifecycle.args
+    assert (took.case, took.run, took.node_class) == (
+        CaseEntry.model_validate(case),
+        RunDescriptor.model_validate(run),
+        NODE_ON_DEMAND,
+    )
     Phase.set_retries(twin)
+    twin.take_over({"ti": twin_ti})  # as its task does when it runs, now with its retries
     left = total - n  # the preemptions the twin may still absorb, each retried
     for k in range(1, left + 1):
         twin_ti.try_number = k
@@ -139,10 +147,10 @@ def test_lost_workers_attempts_are_recorded_and_count_against_the_budget(week: A
     ti.max_tries = task.retries
     for n in range(1, budget + 2):  # each try claims an attempt and its worker dies before reporting
         ti.try_number = n
-        assert isinstance(task.begin_attempt({"ti": ti}), PhaseAttempt)
+        assert isinstance(task.lifecycle.begin_attempt({"ti": ti}), PhaseAttempt)
     ti.try_number = budget + 2
     with pytest.raises(exc.PhaseBudgetExhausted, match="lost workers used up the infrastructure budget"):
-        task.begin_attempt({"ti": ti})
+        task.lifecycle.begin_attempt({"ti": ti})
     attempts = week[2].attempts(week[1]["case_id"], "prepare")
     assert [(a.outcome, a.detail) for a in attempts] == [(Outcome.INFRA_FAILED, "abandoned")] * (budget + 1)
 
@@ -171,9 +179,9 @@ def test_a_failed_scenario_is_a_result(week: Any) -> None:
 
 def test_an_open_breaker_stops_the_launch(week: Any) -> None:
     task = phase_task(week, "prepare", Role.REGULAR, 0)
-    assert task.node_class == NODE_CPU
-    task.service.breaker.trip("the canary gate failed")
+    assert task.lifecycle.args.node_class == NODE_CPU
+    task.lifecycle.service.breaker.trip("the canary gate failed")
     with pytest.raises(exc.BreakerOpen, match="circuit breaker open"):
-        task.begin_attempt({"ti": TaskInstance(task.task_id)})
+        task.lifecycle.begin_attempt({"ti": TaskInstance(task.task_id)})
     committed = week[2].outcome(week[1]["case_id"], "prepare")
     assert (committed.outcome, committed.detail) == (Outcome.BAD_BUILD, "breaker_open")

@@ -50,11 +50,11 @@ def _ti(task: Phase, try_number: int, round_start: int) -> TaskInstance:
 def _run(task: Phase, ti: TaskInstance, result: AttemptResult) -> Any:
     """One try: begin, then (when it launched) the phase writes its outputs and ends with ``result``."""
     ctx = {"ti": ti}
-    attempt = task.begin_attempt(ctx)
+    attempt = task.lifecycle.begin_attempt(ctx)
     if not isinstance(attempt, PhaseAttempt):
         return attempt
     write_json(f"{attempt.output_uri}/result.json", {"outcome": result.outcome.value, "metrics": {}})
-    return task.end_attempt(ctx, attempt, result, dt.datetime.now(dt.UTC))
+    return task.lifecycle.end_attempt(ctx, attempt, result, dt.datetime.now(dt.UTC))
 
 
 def test_a_cleared_run_level_phase_runs_again_and_its_new_result_replaces_the_old(week: Any) -> None:
@@ -63,7 +63,7 @@ def test_a_cleared_run_level_phase_runs_again_and_its_new_result_replaces_the_ol
     first = _run(task, _ti(task, 1, 1), AttemptResult(Outcome.PASSED, 0))
     assert first["attempt"] == 1
     # The same round (a retry after a lost worker): the committed result stands, nothing runs.
-    assert task.begin_attempt({"ti": _ti(task, 2, 1)}) == first
+    assert task.lifecycle.begin_attempt({"ti": _ti(task, 2, 1)}) == first
     # The task was cleared (a repair): a new round, whose inputs changed. It runs and recommits.
     again = _run(task, _ti(task, 3, 3), AttemptResult(Outcome.PASSED, 0))
     assert again["attempt"] == 2
@@ -76,30 +76,30 @@ def test_a_case_phase_keeps_its_first_result_through_a_clear(week: Any) -> None:
     ti = TaskInstance(task.task_id, max_tries=task.retries)
     out = _run(task, ti, AttemptResult(Outcome.PASSED, 0))
     cleared = TaskInstance(task.task_id, try_number=4, max_tries=3 + task.retries)
-    assert task.begin_attempt({"ti": cleared}) == out  # pinned inputs: the result stands
+    assert task.lifecycle.begin_attempt({"ti": cleared}) == out  # pinned inputs: the result stands
 
 
 def test_a_stopped_weeks_run_level_phase_runs_despite_the_open_breaker(week: Any) -> None:
     """Issue 31 item 11: the summary of a week the canary stopped was failed as bad_build/breaker_open."""
     task = _summary(week)
-    task.service.breaker.trip("canary gate: canary gate FAILED")
+    task.lifecycle.service.breaker.trip("canary gate: canary gate FAILED")
     out = _run(task, _ti(task, 1, 1), AttemptResult(Outcome.PASSED, 0))
     assert out["outcome"] == "passed"
     case_phase = phase_task(week, "prepare", Role.REGULAR, 0)  # the build's cases stay stopped
     with pytest.raises(exc.BreakerOpen):
-        case_phase.begin_attempt({"ti": TaskInstance(case_phase.task_id)})
+        case_phase.lifecycle.begin_attempt({"ti": TaskInstance(case_phase.task_id)})
 
 
 def _preempt_until_hand_over(spot: Phase, ti: TaskInstance) -> None:
-    n = int((spot.service.runtime_spec().get("retry") or {}).get("on_demand_after_preemptions", 2))
+    n = int((spot.lifecycle.service.runtime_spec().get("retry") or {}).get("on_demand_after_preemptions", 2))
     for k in range(1, n + 1):
         ti.try_number = k
         ti.max_tries = spot.retries
         ctx = {"ti": ti}
-        attempt = spot.begin_attempt(ctx)
+        attempt = spot.lifecycle.begin_attempt(ctx)
         assert isinstance(attempt, PhaseAttempt)
         try:
-            spot.end_attempt(
+            spot.lifecycle.end_attempt(
                 ctx,
                 attempt,
                 AttemptResult(Outcome.PREEMPTED, 143, "reclaimed", "evicted"),

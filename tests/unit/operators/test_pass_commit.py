@@ -3,7 +3,7 @@ in the metrics and the build's breaker, and commits it; a pass whose declared ou
 never committed nor cached (issue 31, items 5 and 6).
 
 The same real prepared run on a ``file://`` ledger as ``test_lifecycle.py``, with a real breaker
-and cache. The trigger's side is :mod:`avsim.operators.pass_commit` as ``PassCommitTrigger.end_here``
+and cache. The trigger's side is :mod:`avsim.triggers.pass_commit` as ``PassCommitTrigger.end_here``
 calls it. The boundary: Airflow's task instance is ``tests.support.lifecycle``'s stand-in, and the
 stats backend is a recorder (``avsim.metrics._emit``), since a StatsD client would send the counts
 nowhere we can read.
@@ -25,9 +25,9 @@ from avsim.contracts import PassCommit
 from avsim.errors import AvsimError
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
 from avsim.operators import exceptions as exc
-from avsim.operators.pass_commit import commit_passed, pass_commit
 from avsim.phases.contract import RESULT_FILE, AttemptResult, Outcome
 from avsim.phases.policy import Role
+from avsim.triggers.pass_commit import commit_passed
 
 PASSED = AttemptResult(Outcome.PASSED, 0, "", "", "pod-1")
 
@@ -59,13 +59,13 @@ def emitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[object, ..
 
 def begin(task: Phase, try_number: int) -> tuple[TaskInstance, PhaseAttempt]:
     ti = TaskInstance(task.task_id, try_number=try_number, max_tries=task.retries)
-    attempt = task.begin_attempt({"ti": ti})
+    attempt = task.lifecycle.begin_attempt({"ti": ti})
     assert isinstance(attempt, PhaseAttempt), attempt
     return ti, attempt
 
 
 def plan_of(task: Phase, ti: TaskInstance, attempt: PhaseAttempt) -> PassCommit:
-    return pass_commit(task, {"ti": ti}, attempt, dt.datetime.now(dt.UTC) - dt.timedelta(seconds=10))
+    return task.lifecycle.pass_commit({"ti": ti}, attempt, dt.datetime.now(dt.UTC) - dt.timedelta(seconds=10))
 
 
 def gpu_seconds(seen: list[tuple[str, tuple[object, ...], float]]) -> list[float]:
@@ -86,7 +86,7 @@ def test_two_triggers_committing_one_passed_attempt_count_it_once(week: Any, emi
     first = commit_passed(plan, PASSED)
     second = commit_passed(plan, PASSED)
     assert first == second and (first["outcome"], first["attempt"]) == ("passed", 1)
-    assert task.service.breaker.state().finished == 1
+    assert task.lifecycle.service.breaker.state().finished == 1
     assert len(gpu_seconds(emitted)) == 1
     [rec] = week[2].attempts(week[1]["case_id"], "simulate")
     assert (rec.state, rec.outcome) == ("ended", Outcome.PASSED)
@@ -111,7 +111,7 @@ def test_a_stale_trigger_after_a_newer_try_leaves_the_abandoned_record_and_the_b
     first = week[2].attempts(case_id, "prepare")[0]
     assert (first.outcome, first.detail) == (Outcome.INFRA_FAILED, "abandoned")
     assert week[2].outcome(case_id, "prepare") is None
-    assert task.service.breaker.state().finished == 0 and gpu_seconds(emitted) == []
+    assert task.lifecycle.service.breaker.state().finished == 0 and gpu_seconds(emitted) == []
 
 
 def test_a_stale_worker_after_a_newer_try_records_nothing(week: Any, emitted: list[Any]) -> None:
@@ -121,7 +121,7 @@ def test_a_stale_worker_after_a_newer_try_records_nothing(week: Any, emitted: li
     ti1, attempt1 = begin(task, 1)
     begin(task, 2)
     with pytest.raises(AvsimError, match="attempt 2 is the current one"):
-        task.end_attempt(
+        task.lifecycle.end_attempt(
             {"ti": ti1},
             attempt1,
             AttemptResult(Outcome.INFRA_FAILED, 1, "segfault", "crash"),
@@ -129,7 +129,7 @@ def test_a_stale_worker_after_a_newer_try_records_nothing(week: Any, emitted: li
         )
     first = week[2].attempts(week[1]["case_id"], "prepare")[0]
     assert first.detail == "abandoned"
-    assert task.service.breaker.state().finished == 0
+    assert task.lifecycle.service.breaker.state().finished == 0
     assert not [e for e in emitted if e[0] == metrics.PHASE_OUTCOME]
 
 
@@ -144,10 +144,10 @@ def test_a_worker_resumed_after_its_trigger_committed_returns_the_commit(
     write_outputs(attempt)
     committed = commit_passed(plan_of(task, ti, attempt), PASSED)
     vanished = AttemptResult(Outcome.INFRA_FAILED, None, "pod gone", "vanished", "pod-1")
-    assert task.end_attempt({"ti": ti}, attempt, vanished, dt.datetime.now(dt.UTC)) == committed
+    assert task.lifecycle.end_attempt({"ti": ti}, attempt, vanished, dt.datetime.now(dt.UTC)) == committed
     [rec] = week[2].attempts(week[1]["case_id"], "prepare")
     assert rec.outcome is Outcome.PASSED
-    state = task.service.breaker.state()
+    state = task.lifecycle.service.breaker.state()
     assert (state.finished, state.failures) == (1, 0)
 
 
@@ -219,19 +219,24 @@ def test_a_pass_without_its_declared_outputs_is_an_infrastructure_failure_never_
         write_outputs(attempt)
         Path(attempt.output_uri.removeprefix("file://"), "trace.json").unlink()
     with pytest.raises(exc.PhaseInfrastructureError, match="missing_output") as raised:
-        task.end_attempt({"ti": ti}, attempt, PASSED, dt.datetime.now(dt.UTC))
+        task.lifecycle.end_attempt({"ti": ti}, attempt, PASSED, dt.datetime.now(dt.UTC))
     assert raised.value.retry_delay is not None  # retried within the infrastructure budget
     case_id = week[1]["case_id"]
     [rec] = week[2].attempts(case_id, "prepare")
     assert (rec.outcome, rec.detail) == (Outcome.INFRA_FAILED, "missing_output")
     assert week[2].outcome(case_id, "prepare") is None
-    assert list(Path(task.service.layout.root.removeprefix("file://"), "cache").glob("*.json")) == []
+    assert (
+        list(Path(task.lifecycle.service.layout.root.removeprefix("file://"), "cache").glob("*.json")) == []
+    )
     # The retry that writes its outputs commits and is cached.
     ti2, attempt2 = begin(task, 2)
     write_outputs(attempt2)
-    out = task.end_attempt({"ti": ti2}, attempt2, PASSED, dt.datetime.now(dt.UTC))
+    out = task.lifecycle.end_attempt({"ti": ti2}, attempt2, PASSED, dt.datetime.now(dt.UTC))
     assert (out["outcome"], out["attempt"]) == ("passed", 2)
-    assert len(list(Path(task.service.layout.root.removeprefix("file://"), "cache").glob("*.json"))) == 1
+    assert (
+        len(list(Path(task.lifecycle.service.layout.root.removeprefix("file://"), "cache").glob("*.json")))
+        == 1
+    )
 
 
 def test_the_trigger_leaves_a_pass_without_outputs_to_the_worker(week: Any) -> None:
@@ -261,7 +266,7 @@ def test_a_local_phase_that_passed_without_its_outputs_is_retried_not_committed(
     [rec] = ledger.attempts(case["case_id"], "prepare")
     assert (rec.outcome, rec.detail, rec.exit_code) == (Outcome.INFRA_FAILED, "missing_output", 0)
     assert ledger.outcome(case["case_id"], "prepare") is None
-    cache = Path(op.service.layout.root.removeprefix("file://"), "cache")
+    cache = Path(op.lifecycle.service.layout.root.removeprefix("file://"), "cache")
     assert list(cache.glob("*.json")) == []
     ti.try_number = 2
     out = op.execute({"ti": ti})
@@ -276,7 +281,7 @@ def _trigger_commits_after_the_next_list(task: Any, monkeypatch: pytest.MonkeyPa
     ti1, attempt1 = begin(task, 1)
     write_outputs(attempt1)
     plan = plan_of(task, ti1, attempt1)
-    listed = task.service.ledger.attempts
+    listed = task.lifecycle.service.ledger.attempts
     raced: list[Any] = []
 
     def list_then_the_trigger_commits(case_id: str, phase: str) -> list[AttemptRecord]:
@@ -285,7 +290,7 @@ def _trigger_commits_after_the_next_list(task: Any, monkeypatch: pytest.MonkeyPa
             raced.append(commit_passed(plan, PASSED))
         return found
 
-    monkeypatch.setattr(task.service.ledger, "attempts", list_then_the_trigger_commits)
+    monkeypatch.setattr(task.lifecycle.service.ledger, "attempts", list_then_the_trigger_commits)
     return raced
 
 
@@ -300,7 +305,9 @@ def test_settling_an_earlier_tries_attempt_leaves_a_pass_its_trigger_recorded_me
     task = phase_task(week, "prepare", Role.REGULAR, 0)
     raced = _trigger_commits_after_the_next_list(task, monkeypatch)
     ti2 = TaskInstance(task.task_id, try_number=2, max_tries=task.retries)
-    history = task.service.settle_abandoned(task.try_view(ti2), task.try_view(ti2).round_start(task.retries))
+    history = task.lifecycle.service.settle_abandoned(
+        task.lifecycle.try_view(ti2), task.lifecycle.try_view(ti2).round_start(task.retries)
+    )
     monkeypatch.undo()
 
     case_id = week[1]["case_id"]
@@ -310,7 +317,9 @@ def test_settling_an_earlier_tries_attempt_leaves_a_pass_its_trigger_recorded_me
     committed = week[2].outcome(case_id, "prepare")
     assert committed is not None and (committed.attempt, committed.outcome) == (1, Outcome.PASSED)
     assert history == [Outcome.PASSED]
-    assert task.service.breaker.state().finished == 1  # the trigger's pass, counted once; no loss over it
+    assert (
+        task.lifecycle.service.breaker.state().finished == 1
+    )  # the trigger's pass, counted once; no loss over it
 
 
 def test_a_try_that_settles_a_pass_committed_meanwhile_launches_nothing(
@@ -321,5 +330,7 @@ def test_a_try_that_settles_a_pass_committed_meanwhile_launches_nothing(
     task = phase_task(week, "prepare", Role.REGULAR, 0)
     raced = _trigger_commits_after_the_next_list(task, monkeypatch)
     ti2 = TaskInstance(task.task_id, try_number=2, max_tries=task.retries)
-    assert task.begin_attempt({"ti": ti2}) == raced[0]
-    assert task.service.ledger.current_attempt(week[1]["case_id"], "prepare") == 1  # no attempt 2 claimed
+    assert task.lifecycle.begin_attempt({"ti": ti2}) == raced[0]
+    assert (
+        task.lifecycle.service.ledger.current_attempt(week[1]["case_id"], "prepare") == 1
+    )  # no attempt 2 claimed
