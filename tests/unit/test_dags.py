@@ -53,6 +53,18 @@ def test_parent_shape(dagbag) -> None:
     assert {"canary", "shards"} <= dag.task_dict["report"].upstream_task_ids
 
 
+def test_triage_starts_once_the_week_is_closed_and_the_report_waits_for_it(dagbag) -> None:
+    weekly = dagbag.dags["avsim_weekly"].task_dict
+    assert weekly["triage_start"].upstream_task_ids == {"prepare", "close_week"}
+    assert weekly["triage"].upstream_task_ids == {"prepare", "triage_start"}
+    assert "triage" in weekly["report"].upstream_task_ids
+    # The run-level phases (the weekly summary) never wait for triage.
+    summary = [t for t in weekly if t.startswith("run_phases.")]
+    assert all("triage" not in weekly[t].upstream_task_ids for t in summary)
+    # Ad-hoc runs are not triaged.
+    assert "triage_start" not in dagbag.dags["avsim_adhoc"].task_dict
+
+
 def _new_ti_weight(dag, task_id: str, run_id: str, map_index: int = 0) -> int:
     """The weight Airflow gives a new task instance of ``task_id`` (the DAG serialized as the
     dag-processor stores it)."""

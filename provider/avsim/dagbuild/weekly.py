@@ -263,13 +263,16 @@ def build_parent_dag(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str, sha
         for op in created.values():
             op >> report_task
         if weekly:
-            closed >> week_triage(plan, settings, run_xcom, shard_dag_id) >> report_task
+            week_triage(plan, settings, run_xcom, shard_dag_id, after=closed) >> report_task
     return dag
 
 
-def week_triage(plan: WeeklyPlan, settings: AvsimSettings, run_xcom: Any, shard_dag_id: str) -> Any:
-    """``triage_start`` >> ``triage``: the newly failing cases rerun on both builds, below every week
-    (docs/design.md, "Triage"); returns the last task."""
+def week_triage(
+    plan: WeeklyPlan, settings: AvsimSettings, run_xcom: Any, shard_dag_id: str, *, after: Any
+) -> Any:
+    """``after`` (``close_week``) >> ``triage_start`` >> ``triage``: the newly failing cases rerun on
+    both builds once every case ran once, below every week (docs/design.md, "Triage"); returns the
+    last task."""
     from avsim.operators.triage import TriageOperator
 
     @task(
@@ -283,6 +286,7 @@ def week_triage(plan: WeeklyPlan, settings: AvsimSettings, run_xcom: Any, shard_
         return tasks.start_triage(run, plan, settings, shard_dag_id)
 
     started = triage_start(run_xcom)
+    after >> started
     wait = TriageOperator(
         task_id="triage",
         run=run_xcom,
