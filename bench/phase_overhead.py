@@ -461,14 +461,14 @@ def ledger_requests(base: Path) -> dict[str, float]:
         )
         ctx = {"ti": _FakeTI(xcoms, counts)}
         with counting_store(counts, str(base / "artifacts")):
-            begun = op.begin_attempt(ctx)
+            begun = op.lifecycle.begin_attempt(ctx)
         if isinstance(begun, dict):
             raise RuntimeError(f"phase {p.name!r} was not launched: {begun}")
         # The phase's own write (NOOP_PHASE's), not the orchestrator's: outside the count.
         write_json(f"{begun.output_uri}/{RESULT_FILE}", {})
         result = AttemptResult(Outcome.PASSED, 0, "", "", "bench")
         with counting_store(counts, str(base / "artifacts")):
-            xcoms[p.name] = op.end_attempt(ctx, begun, result, dt.datetime.now(dt.UTC))
+            xcoms[p.name] = op.lifecycle.end_attempt(ctx, begun, result, dt.datetime.now(dt.UTC))
     return {k: v / len(family.phases) for k, v in counts.items()}
 
 
