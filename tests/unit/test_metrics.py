@@ -82,7 +82,8 @@ def test_every_function_sends_its_documented_datagrams(listener: StatsdListener,
     metrics.canary_decision("b-2026.12.1", passed=False)
     metrics.finish_estimate(-3600.5)
     metrics.gpus_needed(280)
-    lines = listener.lines(expect=12)
+    metrics.triage_verdicts({"regression": 3, "flaky": 0, "environment": 1})  # none sent for a 0
+    lines = listener.lines(expect=16)
     assert sorted(lines) == sorted(
         [
             "airflow.avsim.phase.outcome:1|c",
@@ -98,6 +99,10 @@ def test_every_function_sends_its_documented_datagrams(listener: StatsdListener,
             "airflow.avsim.deadline.seconds_late:0|g",
             "airflow.avsim.deadline.seconds_late:-3600.5|g",
             "airflow.avsim.capacity.gpus_needed:280|g",
+            "airflow.avsim.triage.verdict:3|c",
+            "airflow.avsim.triage.verdict.regression:3|c",
+            "airflow.avsim.triage.verdict:1|c",
+            "airflow.avsim.triage.verdict.environment:1|c",
         ]
     )
 
