@@ -185,6 +185,9 @@ def main() -> None:
     ap.add_argument("--shard-size", type=int, default=25)
     ap.add_argument("--time-scale", type=float, default=0.002)
     ap.add_argument("--timeout", type=float, default=3600.0)
+    ap.add_argument(
+        "--keep", type=Path, default=None, help="the stack's folder, kept after (default: a temporary one)"
+    )
     args = ap.parse_args()
     args.cases = args.cases or (200 if args.quick else 1000)
     from avsim.storage import read_json
@@ -193,7 +196,9 @@ def main() -> None:
     t0 = time.time()
     doc_a, doc_b, planted = weeks(args.cases, args.time_scale)
     print(f"planted: {json.dumps(planted)}; triage_gpu_share {args.share:g}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="avsim-triage-") as tmp, stack_for(Path(tmp), args) as stack:
+    with contextlib.ExitStack() as keep:
+        base = args.keep or Path(keep.enter_context(tempfile.TemporaryDirectory(prefix="avsim-triage-")))
+        stack = keep.enter_context(stack_for(base, args))
         run_week(stack, WEEK_A, doc_a, args.timeout)
         week = run_week(stack, WEEK_B, doc_b, args.timeout)
         triage = TriageReport.model_validate(read_json(f"{week.report_dir}/triage.json"))
