@@ -79,7 +79,7 @@ class Phase:
         self.__dict__["lifecycle"] = PhaseLifecycle.of(self, context)
 
     def set_retries(self) -> None:
-        r = self.lifecycle.service.runtime_spec().get("retry") or {}
+        r = self.lifecycle.service.books.runtime_spec().get("retry") or {}
         self.retries = task_retries(
             self.role,
             int(r.get("infrastructure", 2)),

@@ -249,7 +249,7 @@ def test_shard_phases_render_their_run_from_the_shard_conf_without_an_xcom_read(
             task_id="simulate", phase="simulate", case={"case_id": "c1"}, run=RUN_FROM_SHARD_CONF
         )
     op.render_template_fields({"dag_run": SimpleNamespace(conf={"run": run, "shard": 1})})
-    assert op.lifecycle.service.descriptor == RunDescriptor.model_validate(run)
+    assert op.lifecycle.service.books.descriptor == RunDescriptor.model_validate(run)
     assert (
         AvsimArtifactsLink().get_link(op, ti_key=None)
         == "/avsim/runs/avsim_weekly__w49/files/cases/c1/simulate/"
@@ -261,7 +261,7 @@ def test_shard_phases_render_their_run_from_the_shard_conf_without_an_xcom_read(
         )
     bad.render_template_fields({"dag_run": SimpleNamespace(conf=None)})
     with pytest.raises(AvsimError, match=r"no run descriptor.*started by the weekly run"):
-        _ = bad.lifecycle.service.descriptor
+        _ = bad.lifecycle.service.books.descriptor
 
 
 def test_a_local_location_is_checked_without_registering_object_storage() -> None:

@@ -111,14 +111,18 @@ OPERATOR_FIELDS = tuple(f for f in dataclasses.fields(PhaseArgs) if f.name not i
 
 @dataclass(frozen=True)
 class TryView:
-    """What the service reads of Airflow's task instance: its try, its last try, its map index."""
+    """What the service reads of Airflow's task instance: its try, its last try, its map index; and
+    ``round_first``, the first try of its round when known without them (the committing trigger's)."""
 
     try_number: int
     max_tries: int
     map_index: int = -1
+    round_first: int | None = None
 
     def round_start(self, retries: int | None) -> int:
         """The first try of the task's current round (a clear starts a new round with fresh budgets)."""
+        if self.round_first is not None:
+            return self.round_first
         return max(1, self.max_tries - int(retries or 0) + 1)
 
     @property

@@ -1,10 +1,10 @@
-"""The books an attempt is kept in: where a phase's run, ledger, breaker and cache are, and how an
-attempt's end is recorded, measured and committed. No Airflow here.
+"""The books an attempt is kept in: where a phase's run, ledger, breaker and cache are, and every
+ledger write of an attempt. No Airflow here, and no decision.
 
-:class:`AttemptBooks` is the base of :class:`avsim.attempt.service.AttemptService`, which decides
-(begin, end); this module only writes what was decided: an ended attempt's record behind the
-ledger's fence (:meth:`AttemptBooks.record_ended`), its metrics and the build's breaker window, a
-result's commit and its cache entry, a failure's commit, a reused result.
+:class:`AttemptBooks` is held by :class:`avsim.attempt.service.AttemptService`, which decides (begin,
+end) and has the books write what it decided: a claim, a lost attempt settled, an ended attempt's
+record behind the ledger's fence, the breaker's window, a result's commit and its cache entry, a
+failure's commit, a reused result.
 """
 
 from __future__ import annotations
@@ -20,17 +20,15 @@ from typing import Any, TypeVar
 
 from avsim.artifacts import RunLayout
 from avsim.attempt.args import PhaseArgs
-from avsim.attempt.steps import Done, Meter, Stop, TaskSide
 from avsim.contracts import PhaseResult, RunDescriptor
 from avsim.contracts.case import CacheEntry
 from avsim.errors import AvsimError
 from avsim.ledger.breaker import Breaker
 from avsim.ledger.cache import PhaseCache
 from avsim.ledger.records import AttemptRecord, OutcomeRecord, Standing
-from avsim.ledger.store import AttemptSuperseded, Ledger
-from avsim.phases import contract, policy
+from avsim.ledger.store import Ledger
+from avsim.phases import contract
 from avsim.phases.contract import AttemptResult, Detail, Outcome
-from avsim.phases.policy import Action, Decision
 
 __all__ = ["AttemptBooks", "class_of", "patiently", "published", "result_of", "utcnow"]
 
@@ -45,13 +43,11 @@ class AttemptBooks:
     """One phase task's books, over the run's ledger, breaker and cache (:mod:`avsim.ledger`).
 
     :param args: the task's phase arguments, rendered.
-    :param meter: where metrics go (:mod:`avsim.metrics` in a task or a trigger).
     :param log: the task's logger.
     """
 
-    def __init__(self, args: PhaseArgs, *, meter: Meter, log: logging.Logger | Any = None) -> None:
+    def __init__(self, args: PhaseArgs, *, log: logging.Logger | Any = None) -> None:
         self.args = args
-        self.meter = meter
         self.log = log or logging.getLogger(__name__)
 
     # -- where things are ---------------------------------------------------------------------------
@@ -99,13 +95,96 @@ class AttemptBooks:
     def phase(self) -> str:
         return self.args.phase
 
-    def where(self, attempt: int | None = None) -> str:
-        return self.args.where(attempt)
-
     def runtime_spec(self) -> dict[str, Any]:
         if self.args.is_run_level:
             return dict(self.head["run_phases"][self.phase])
         return self.args.case.phase_spec(self.head, self.phase)
+
+    # -- reads --------------------------------------------------------------------------------------
+    def committed(self) -> OutcomeRecord | None:
+        """The phase's committed outcome, if any."""
+        return self.ledger.outcome(self.args.case_id, self.phase)
+
+    def attempts(self) -> list[AttemptRecord]:
+        """The phase's attempt records, oldest first."""
+        return self.ledger.attempts(self.args.case_id, self.phase)
+
+    def current_attempt(self) -> int | None:
+        return self.ledger.current_attempt(self.args.case_id, self.phase)
+
+    def attempt_record(self, attempt: int) -> AttemptRecord | None:
+        """Attempt ``attempt``'s own record (None when it cannot be read)."""
+        from avsim.storage import read_json
+
+        try:
+            return AttemptRecord.from_json(
+                read_json(self.layout.attempt_record(self.args.case_id, self.phase, attempt))
+            )
+        except (FileNotFoundError, OSError, ValueError, KeyError):
+            return None
+
+    def outputs_checked(self, result: AttemptResult, output_uri: str) -> tuple[AttemptResult, Any]:
+        """``result`` checked against the outputs the attempt declares (the phase contract's
+        :func:`~avsim.phases.contract.classify_outputs`), and its ``result.json`` (None when unread):
+        a result whose declared outputs are missing is ``infra_failed``/``missing_output``."""
+        if not result.outcome.produced_output:
+            return result, None
+        try:
+            doc, missing = patiently(lambda: _missing_outputs(output_uri), STORE_PATIENCE_SECONDS)
+        except Exception as exc:  # the store did not answer: neither the phase's failure nor the build's
+            checked = dataclasses.replace(
+                result,
+                outcome=Outcome.INFRA_FAILED,
+                detail=Detail.STORAGE_UNAVAILABLE,
+                reason=f"its outputs could not be checked: the artifact store did not answer for "
+                f"{STORE_PATIENCE_SECONDS:g}s ({type(exc).__name__}: {str(exc)[:200]})",
+            )
+            self.log.error("%s: %s", self.args.where(), checked.reason)
+            return checked, None
+        checked = contract.classify_outputs(result, missing)
+        if checked is not result:
+            self.log.error("%s: %s", self.args.where(), checked.reason)
+        return checked, doc
+
+    def attempt_of_try(self, try_number: int, task_id: str) -> int | None:
+        """The attempt try ``try_number`` of task ``task_id`` claimed last (None: it claimed none)."""
+        mine = [
+            r.attempt
+            for r in self.attempts()
+            if r.try_number == try_number and (not r.task_id or r.task_id == task_id)
+        ]
+        return max(mine, default=None)
+
+    def started_at(self, attempt: int) -> dt.datetime:
+        """When attempt ``attempt`` was claimed (now, when its record is not found)."""
+        records = [r for r in self.attempts() if r.attempt == attempt]
+        if records and records[-1].started_at:
+            return dt.datetime.fromisoformat(records[-1].started_at)
+        return utcnow()
+
+    # -- records ------------------------------------------------------------------------------------
+    def started_record(self, try_number: int, round_start: int, gpus: int) -> AttemptRecord:
+        """The record of an attempt a try starts (its number is the ledger's claim)."""
+        return AttemptRecord(
+            run_key=self.layout.run_key,
+            case_id=self.args.case_id,
+            phase=self.phase,
+            attempt=0,
+            started_at=utcnow().isoformat(),
+            ended_at="",
+            exit_code=None,
+            outcome=None,
+            reason="",
+            output_uri="",
+            host=socket.gethostname(),
+            duration_seconds=0.0,
+            state="started",
+            try_number=try_number,
+            task_id=self.args.task_id,
+            round_start=round_start,
+            node_class=self.args.node_class,
+            gpus=gpus,
+        )
 
     def ended_record(
         self,
@@ -118,8 +197,7 @@ class AttemptBooks:
         result: AttemptResult,
         started: dt.datetime,
     ) -> AttemptRecord:
-        """The ledger's record of an attempt that ended with ``result``: what the worker that resumes
-        the phase and the trigger that ends a passed one (:meth:`commit_passed`) write."""
+        """The ledger's record of an attempt that ended with ``result``."""
         ended = utcnow()
         return AttemptRecord(
             run_key=self.layout.run_key,
@@ -144,82 +222,6 @@ class AttemptBooks:
             runner=result.runner,
         )
 
-    def record_ended(self, rec: AttemptRecord, gpus: int) -> OutcomeRecord | None:
-        """Fence, then write an ended attempt's record, emit its metrics and feed the build's breaker
-        (a case's first attempt): the worker's and the committing trigger's one way to end an attempt.
-
-        The fence (:meth:`avsim.ledger.store.Ledger.end_attempt`) comes first, so a stale or duplicate
-        report counts nothing: returns the phase's committed result when the attempt's end is settled
-        already (this attempt committed, or a newer one did), None when the caller goes on to decide
-        and commit. Raises :class:`avsim.ledger.store.AttemptSuperseded` when a newer try owns the
-        phase and nothing is committed."""
-        standing, committed = self.ledger.end_attempt(rec)
-        if standing is Standing.COMMITTED or (
-            standing is Standing.SUPERSEDED and committed is not None and committed.outcome.produced_output
-        ):
-            assert committed is not None
-            self.log.warning(
-                "%s ended %s, but attempt %d's result is committed: returned, nothing recorded",
-                self.where(rec.attempt),
-                rec.outcome.value if rec.outcome else "?",
-                committed.attempt,
-            )
-            return committed
-        if standing is Standing.SUPERSEDED:
-            current = self.ledger.current_attempt(rec.case_id, rec.phase)
-            raise AttemptSuperseded(
-                f"{self.where(rec.attempt)} ended {rec.outcome.value if rec.outcome else '?'} after a newer "
-                f"try took the phase over (attempt {current} is the current one): not recorded, counted "
-                "or committed"
-            )
-        if standing is Standing.OWNED:
-            self._measure(rec, gpus)
-        return None
-
-    def _measure(self, rec: AttemptRecord, gpus: int) -> None:
-        """An ended attempt's metrics, and a case's first attempt in the build's breaker window."""
-        assert rec.outcome is not None
-        node_class = self.args.node_class
-        self.meter.phase_outcome(self.phase, rec.outcome.value, "gpu" if gpus else "cpu", node_class)
-        if gpus:
-            self.meter.gpu_seconds(self.phase, rec.duration_seconds * gpus, node_class)
-        if rec.outcome is Outcome.PREEMPTED:
-            self.meter.preemption(self.phase, node_class)
-        # A triage rerun is no evidence about any build: the week's own attempts were.
-        first = (
-            rec.attempt == 1
-            and rec.outcome is not Outcome.PREEMPTED
-            and not self.args.is_run_level
-            and not self.descriptor.triage_of
-        )
-        evidence = contract.is_build_evidence(rec.outcome, rec.detail)
-        if first and self.breaker.record(evidence, self.where(rec.attempt)):
-            self.meter.breaker_trip(self.descriptor.build_id, self.breaker.digest)
-
-    def outputs_checked(self, result: AttemptResult, output_uri: str) -> tuple[AttemptResult, Any]:
-        """``result`` checked against the outputs the attempt declares (the phase contract's
-        :func:`~avsim.phases.contract.classify_outputs`), and its ``result.json`` (None when unread):
-        a result whose declared outputs are missing is ``infra_failed``/``missing_output``."""
-        if not result.outcome.produced_output:
-            return result, None
-        try:
-            doc, missing = patiently(lambda: _missing_outputs(output_uri), STORE_PATIENCE_SECONDS)
-        except Exception as exc:  # the store did not answer: neither the phase's failure nor the build's
-            checked = dataclasses.replace(
-                result,
-                outcome=Outcome.INFRA_FAILED,
-                detail=Detail.STORAGE_UNAVAILABLE,
-                reason=f"its outputs could not be checked: the artifact store did not answer for "
-                f"{STORE_PATIENCE_SECONDS:g}s ({type(exc).__name__}: {str(exc)[:200]})",
-            )
-            self.log.error("%s: %s", self.where(), checked.reason)
-            return checked, None
-        checked = contract.classify_outputs(result, missing)
-        if checked is not result:
-            self.log.error("%s: %s", self.where(), checked.reason)
-        return checked, doc
-
-    # -- commit -------------------------------------------------------------------------------------
     def _outcome_record(
         self,
         rec: AttemptRecord,
@@ -243,38 +245,46 @@ class AttemptBooks:
             detail=result.detail,
         )
 
-    def _commit_failure(self, rec: AttemptRecord, result: AttemptResult, decision: Decision) -> Stop:
-        """Commit a failure (no output) and say how the task fails."""
+    # -- writes -------------------------------------------------------------------------------------
+    def claim(self, template: AttemptRecord) -> AttemptRecord:
+        """Claim the phase's next attempt number (:meth:`Ledger.claim_attempt`)."""
+        return self.ledger.claim_attempt(template)
+
+    def settle(self, lost: AttemptRecord) -> AttemptRecord:
+        """Write ``lost`` only while its attempt's record is still ``started``; the record as it stands."""
+        return self.ledger.settle_attempt(lost)
+
+    def record(self, rec: AttemptRecord) -> None:
+        self.ledger.record_attempt(rec)
+
+    def fence(self, rec: AttemptRecord) -> tuple[Standing, OutcomeRecord | None]:
+        """Write an ended attempt's record behind the ledger's fence (:meth:`Ledger.end_attempt`): its
+        standing, and the phase's committed outcome."""
+        return self.ledger.end_attempt(rec)
+
+    def feed_breaker(self, evidence: bool, where: str) -> bool:
+        """One attempt in the build's breaker window; whether that tripped the breaker."""
+        return self.breaker.record(evidence, where)
+
+    def commit_result(
+        self, rec: AttemptRecord, result: AttemptResult, cache_key: str, result_doc: Any, *, cache: bool
+    ) -> OutcomeRecord:
+        """Commit an attempt's output behind the fence (the first commit of a phase wins,
+        :meth:`Ledger.commit`), and with ``cache`` store it in the cache: the phase's committed outcome."""
+        out = self._outcome_record(rec, result, output=True, cache_key=cache_key, result_doc=result_doc)
+        self.ledger.commit(out, fenced=True)
+        final = self.ledger.outcome(rec.case_id, self.phase) or out
+        if cache and final.cache_key and final.attempt == rec.attempt:
+            self.cache.store(final.cache_key, final)
+        return final
+
+    def commit_failure(self, rec: AttemptRecord, result: AttemptResult) -> None:
+        """Commit a failure (no output)."""
         self.ledger.commit(self._outcome_record(rec, result, output=False))
-        where = self.where(rec.attempt or None)
-        what = f"{result.reason or result.outcome.value}" + (f" [{rec.runner}]" if rec.runner else "")
-        assert decision.failure is not None
-        if decision.action is Action.FAIL_FAST:
-            if result.outcome is Outcome.BAD_BUILD:
-                return Stop(decision.failure, f"{where}: bad build {self.descriptor.build_id}: {what}")
-            return Stop(decision.failure, f"{where} rejected its input: {what}")
-        return Stop(decision.failure, f"{where} failed ({class_of(result)}): {what}; {decision.describe()}")
 
-    def _fail_without_launch(
-        self, task: TaskSide, template: AttemptRecord, outcome: Outcome, detail: Detail, reason: str
-    ) -> Stop:
-        claimed = self.ledger.claim_attempt(template)
-        ended = dataclasses.replace(
-            claimed,
-            state="ended",
-            ended_at=utcnow().isoformat(),
-            outcome=outcome,
-            detail=detail,
-            reason=reason,
-        )
-        self.ledger.record_attempt(ended)
-        task.publish(published(ended))
-        result = AttemptResult(outcome, reason=reason, detail=detail)
-        return self._commit_failure(
-            ended, result, Decision(Action.FAIL_FAST, outcome, policy.failure_for(outcome, detail))
-        )
-
-    def _commit_reused(self, template: AttemptRecord, key: str, hit: CacheEntry) -> Done:
+    def commit_reused(self, template: AttemptRecord, key: str, hit: CacheEntry) -> OutcomeRecord:
+        """Claim an attempt, record it ended as reused, and commit the cached result ``hit``: the phase's
+        committed outcome."""
         claimed = self.ledger.claim_attempt(template)
         now = utcnow().isoformat()
         self.ledger.record_attempt(
@@ -304,11 +314,11 @@ class AttemptBooks:
         self.ledger.commit(rec)
         self.log.info(
             "%s: reused the committed output %s (cache key %s): nothing launched",
-            self.where(),
+            self.args.where(),
             rec.output_uri,
             key[:12],
         )
-        return Done(result_of(self.ledger.outcome(claimed.case_id, self.phase) or rec))
+        return self.ledger.outcome(claimed.case_id, self.phase) or rec
 
 
 # -- the store's answers ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ contract             written by                                  read by
                      it committed a result, and XCom             progress page (a phase's class)
                      ``avsim_outcome`` for every attempt it ended
 :class:`PassCommit`  a deferring Kubernetes phase (its          its trigger, when the attempt's pod
-                     trigger's ``commit`` argument)             passed (:mod:`avsim.operators.pass_commit`)
+                     trigger's ``commit`` argument)             passed (:mod:`avsim.triggers.pass_commit`)
 ===================  ==========================================  =====================================
 
 The other contracts live beside their subject:
@@ -155,7 +155,7 @@ class PhaseResult(_Contract):
 
 class PassCommit(_Contract):
     """What a deferred phase hands its trigger so that the trigger can end an attempt whose pod passed
-    without a worker (:mod:`avsim.operators.pass_commit`): commit the output in the ledger as the
+    without a worker (:mod:`avsim.triggers.pass_commit`): commit the output in the ledger as the
     resumed phase would, and end the task instance with the phase's result as its return value.
     Any other end (a failure, a preemption, a commit that could not be made) resumes the phase in a
     worker as before."""

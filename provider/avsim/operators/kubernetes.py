@@ -179,7 +179,7 @@ class KubernetesPhaseOperator(KubernetesPodOperator):
         pod = pod_spec.phase_pod(
             attempt,
             namespace=str(self.namespace or self.kube.namespace),
-            priority=pod_spec.priority_key(self.lifecycle.service.descriptor.run_class, run_id),
+            priority=pod_spec.priority_key(self.lifecycle.service.books.descriptor.run_class, run_id),
             kube=self.kube,
             service_account=self.service_account_name,
             grace_seconds=self.termination_grace_period,
@@ -389,9 +389,9 @@ class KubernetesPhaseOperator(KubernetesPodOperator):
             return self._result(context, committed.xcom())
         # The attempt this try deferred on, not the phase's current one: a newer try may own that.
         ti = context["ti"]
-        number = life.service.attempt_of_try(int(ti.try_number), str(ti.task_id)) or number
+        number = life.service.books.attempt_of_try(int(ti.try_number), str(ti.task_id)) or number
         attempt = life.attempt_for(context, number)
-        started = life.service.started_at(number)
+        started = life.service.books.started_at(number)
         name = pods.pod_name(attempt.layout.run_key, attempt.case_id, attempt.phase, number)
         namespace = str(self.namespace or self.kube.namespace)
         limit = self.deferral_timeout_seconds(attempt)

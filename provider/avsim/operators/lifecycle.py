@@ -214,7 +214,7 @@ class PhaseLifecycle:
         args = self.args
         tv = self.try_view(context["ti"])
         return PassCommit(
-            run=self.service.descriptor,
+            run=self.service.books.descriptor,
             case=args.case.to_json(),
             phase=args.phase,
             task_id=args.task_id,

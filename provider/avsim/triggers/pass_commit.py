@@ -16,20 +16,17 @@ from typing import Any
 
 from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
 
-from avsim.attempt.args import PhaseArgs
-from avsim.attempt.service import AttemptService
+from avsim.attempt.args import PhaseArgs, TryView
+from avsim.attempt.service import AttemptService, MissingOutputs, ResolvedInputs
+from avsim.attempt.steps import Done, NoTaskSide
 from avsim.contracts import PassCommit
 from avsim.contracts.pod import PodEvent
-from avsim.errors import AvsimError
 from avsim.phases.contract import AttemptResult, Outcome
 from avsim.triggers.phase_pod import PhasePodTrigger
 
+__all__ = ["MissingOutputs", "PassCommitTrigger", "commit_passed", "committed_result"]
+
 log = logging.getLogger(__name__)
-
-
-class MissingOutputs(AvsimError):
-    """The pod passed but its declared outputs are missing: an infrastructure failure, which the worker
-    decides (retry within the infrastructure budget); the trigger records nothing."""
 
 
 def _service(plan: PassCommit) -> AttemptService:
@@ -48,22 +45,17 @@ def _service(plan: PassCommit) -> AttemptService:
 
 
 def commit_passed(plan: PassCommit, result: AttemptResult) -> dict[str, Any]:
-    """Record and commit a passed attempt; return the phase's result (the task instance's return
-    value), which is the phase's first commit (an earlier one, if any, wins). Raises when the end is
-    not the trigger's to make: outputs missing (:class:`MissingOutputs`, a failure with a retry
-    decision), or a newer try owns the phase (:class:`avsim.ledger.store.AttemptSuperseded`)."""
-    done = _service(plan).commit_passed(
-        attempt=plan.attempt,
-        output_uri=plan.output_uri,
-        gpus=plan.gpus,
-        try_number=plan.try_number,
-        round_start=plan.round_start,
-        cache_key=plan.cache_key,
-        started=dt.datetime.fromisoformat(plan.started_at),
-        result=result,
-    )
-    if isinstance(done, AttemptResult):  # nothing recorded: the worker decides the retry
-        raise MissingOutputs(f"{plan.task_id} attempt {plan.attempt}: {done.detail}: {done.reason}")
+    """End a passed attempt as the worker would (:meth:`AttemptService.end`, committing passes only);
+    return the phase's result (the task instance's return value), which is the phase's first commit
+    (an earlier one, if any, wins). Raises when the end is not the trigger's to make: outputs missing
+    (:class:`~avsim.attempt.service.MissingOutputs`, a failure with a retry decision), or a newer try
+    owns the phase (:class:`avsim.ledger.store.AttemptSuperseded`)."""
+    service = _service(plan)
+    attempt = service.attempt_for(ResolvedInputs({}), plan.attempt, plan.cache_key)
+    tv = TryView(try_number=plan.try_number, max_tries=plan.try_number, round_first=plan.round_start)
+    started = dt.datetime.fromisoformat(plan.started_at)
+    done = service.end(tv, attempt, result, started, NoTaskSide(), passes_only=True)
+    assert isinstance(done, Done), done  # a pass is committed, or the commit that stands is returned
     return done.xcom()
 
 

@@ -16,9 +16,9 @@ as JSON:
 ``{"status": "error", "message": ...}``
     the trigger could not tell (the API unreachable for a while): the operator reads the pod itself.
 
-:class:`avsim.operators.pass_commit.PassCommitTrigger`, the trigger a deferred phase waits on, ends
+:class:`avsim.triggers.pass_commit.PassCommitTrigger`, the trigger a deferred phase waits on, ends
 an attempt whose pod passed there instead (through the seam :meth:`PhasePodTrigger.end_here`): it commits it
-(:func:`avsim.operators.pass_commit.commit_passed`), deletes the pod and its Lease, and fires
+(:func:`avsim.triggers.pass_commit.commit_passed`), deletes the pod and its Lease, and fires
 Airflow's ``TaskSuccessEvent`` with the phase's result as the task's return value: no worker resumes
 the phase. When that commit cannot be made, or the attempt ended any other way, it fires the event
 above; before that it checks whether it had already committed the attempt (a trigger run again after
@@ -231,7 +231,7 @@ class PhasePodTrigger(BaseTrigger):
         that lost its heartbeats has its triggers moved to another with the same cancel, and then often
         cannot read the state either: no task instance, or a state unread, is not a kill. A pod left
         running by a kill so missed is deleted by the phase's next try or the shard's sweep
-        (:mod:`avsim.operators.pod_sweep`), never by a guess that could delete a live attempt's pod."""
+        (:mod:`avsim.kube.pod_sweep`), never by a guess that could delete a live attempt's pod."""
         ti = getattr(self, "task_instance", None)
         if ti is None:
             return False
@@ -256,7 +256,7 @@ class PhasePodTrigger(BaseTrigger):
 
     async def end_here(self, event: PodEvent) -> TriggerEvent | None:
         """The seam where a subclass ends the task itself instead of firing ``event`` (which resumes
-        the phase in a worker): :class:`avsim.operators.pass_commit.PassCommitTrigger` commits a passed
+        the phase in a worker): :class:`avsim.triggers.pass_commit.PassCommitTrigger` commits a passed
         attempt. Here: None, always."""
         return None
 

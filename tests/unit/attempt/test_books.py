@@ -20,6 +20,7 @@ import pytest
 from avsim import storage
 from avsim.attempt import books
 from avsim.attempt.books import AttemptBooks
+from avsim.attempt.service import AttemptService
 from avsim.phases.contract import AttemptResult, Detail, Outcome, is_build_evidence
 from avsim.plan.canary import FAILED, gate_decision
 
@@ -82,7 +83,7 @@ def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
 
 def _books() -> AttemptBooks:
     args: Any = SimpleNamespace(phase="simulate", where=lambda attempt=None: "phase simulate of case-1")
-    return AttemptBooks(args, meter=SimpleNamespace())
+    return AttemptBooks(args)
 
 
 PASSED = AttemptResult(Outcome.PASSED, exit_code=0)
@@ -133,11 +134,12 @@ def test_the_breaker_and_the_canary_gate_skip_a_storage_outage() -> None:
     assert gate_decision(crash, threshold=0.2, canary_done=True, build="b").state == FAILED
 
     fed: list[bool] = []
-    b = _books()
-    b.__dict__["breaker"] = SimpleNamespace(record=lambda bad, where: fed.append(bad) and False)
-    b.__dict__["descriptor"] = SimpleNamespace(triage_of=None)  # the week's own attempts
-    b.args.node_class, b.args.is_run_level = "gpu-spot", False
-    b.meter = SimpleNamespace(phase_outcome=lambda *a: None, gpu_seconds=lambda *a: None)
-    b._measure(rec("c1", Detail.STORAGE_UNAVAILABLE), gpus=1)
-    b._measure(rec("c2", Detail.CRASH), gpus=1)
+    svc = AttemptService(
+        _books().args, meter=SimpleNamespace(phase_outcome=lambda *a: None, gpu_seconds=lambda *a: None)
+    )
+    svc.books.__dict__["breaker"] = SimpleNamespace(record=lambda bad, where: fed.append(bad) and False)
+    svc.books.__dict__["descriptor"] = SimpleNamespace(triage_of=None)  # the week's own attempts
+    svc.args.node_class, svc.args.is_run_level = "gpu-spot", False
+    svc._measure(rec("c1", Detail.STORAGE_UNAVAILABLE), gpus=1)
+    svc._measure(rec("c2", Detail.CRASH), gpus=1)
     assert fed == [False, True]

@@ -82,7 +82,7 @@ def service(
     run, case, _ = week
     task_id = "standard.prepare" + ("_on_demand" if role is Role.ON_DEMAND else "")
     args = PhaseArgs.of(phase="prepare", case=case, run=run, task_id=task_id, role=role, gpus=gpus)
-    retry = AttemptService(args, meter=meter or Meter()).runtime_spec().get("retry") or {}
+    retry = AttemptService(args, meter=meter or Meter()).books.runtime_spec().get("retry") or {}
     retries = task_retries(
         role,
         int(retry.get("infrastructure", 2)),
@@ -111,10 +111,10 @@ def test_a_pass_is_committed_measured_and_cached(week: Week) -> None:
     assert isinstance(done, Done) and (done.result.outcome, done.result.attempt) == (Outcome.PASSED, 1)
     committed = week[2].outcome(week[1]["case_id"], "prepare")
     assert committed is not None and committed.attempt == 1 and committed.cache_key == done.result.cache_key
-    assert svc.cache.lookup(done.result.cache_key) is not None
+    assert svc.books.cache.lookup(done.result.cache_key) is not None
     assert side.published == []  # a result is the return value, not an avsim_outcome
     assert ("phase_outcome", ("prepare", "passed", "cpu", "cpu")) in meter.seen
-    assert svc.breaker.state().finished == 1
+    assert svc.books.breaker.state().finished == 1
     # A later try of the same task: the committed result, nothing claimed.
     again = svc.begin(TryView(2, int(svc.args.retries or 0), 0), NO_INPUTS, side)
     assert again == done and [a.attempt for a in week[2].attempts(week[1]["case_id"], "prepare")] == [1]
@@ -122,7 +122,7 @@ def test_a_pass_is_committed_measured_and_cached(week: Week) -> None:
 
 def test_an_infrastructure_failure_is_retried_after_its_delay_then_the_budget_ends_it(week: Week) -> None:
     svc = service(week)
-    rules = svc.runtime_spec().get("retry") or {}
+    rules = svc.books.runtime_spec().get("retry") or {}
     budget, delay = int(rules.get("infrastructure", 2)), float(rules.get("delay_seconds", 30))
     side = Side()
     first = one_try(svc, 1, AttemptResult(Outcome.INFRA_FAILED, 1, "segfault", Detail.CRASH), side)
@@ -150,7 +150,7 @@ def test_bad_input_fails_fast_and_is_committed(week: Week) -> None:
 
 def test_spot_preemptions_hand_over_after_readying_the_twin(week: Week) -> None:
     svc = service(week, Role.SPOT, 1)
-    n = int((svc.runtime_spec().get("retry") or {}).get("on_demand_after_preemptions", 2))
+    n = int((svc.books.runtime_spec().get("retry") or {}).get("on_demand_after_preemptions", 2))
     for k in range(1, n):
         retried = one_try(svc, k, AttemptResult(Outcome.PREEMPTED, 143, "reclaimed", Detail.EVICTED))
         assert (
@@ -173,7 +173,7 @@ def test_a_rerun_with_the_same_pins_reuses_the_cached_result(week: Week, tmp_pat
     run2 = {**week[0], "run_key": week[0]["run_key"] + "_again"}
     head = RunLayout(run2["artifact_root"], run2["run_key"]).head_uri.removeprefix("file://")
     Path(head).parent.mkdir(parents=True, exist_ok=True)
-    Path(head).write_text(Path(service(week).layout.head_uri.removeprefix("file://")).read_text())
+    Path(head).write_text(Path(service(week).books.layout.head_uri.removeprefix("file://")).read_text())
     svc2 = service((run2, week[1], week[2]))
     reused = svc2.begin(TryView(1, int(svc2.args.retries or 0), 0), NO_INPUTS, Side())
     assert (
@@ -182,13 +182,13 @@ def test_a_rerun_with_the_same_pins_reuses_the_cached_result(week: Week, tmp_pat
         and reused.result.output_uri == first.result.output_uri
     )
     assert reused.result.detail == Detail.REUSED
-    [rec] = svc2.ledger.attempts(week[1]["case_id"], "prepare")
+    [rec] = svc2.books.ledger.attempts(week[1]["case_id"], "prepare")
     assert (rec.outcome, rec.detail) == (Outcome.PASSED, "reused")
 
 
 def test_an_open_breaker_launches_nothing(week: Week) -> None:
     svc = service(week)
-    svc.breaker.trip("the canary gate failed")
+    svc.books.breaker.trip("the canary gate failed")
     side = Side()
     stop = svc.begin(TryView(1, int(svc.args.retries or 0), 0), NO_INPUTS, side)
     assert (
@@ -223,7 +223,7 @@ def test_a_superseded_attempt_records_and_counts_nothing(week: Week) -> None:
     rec = week[2].attempts(week[1]["case_id"], "prepare")[0]
     assert (rec.outcome, rec.detail) == (Outcome.INFRA_FAILED, "abandoned")
     assert week[2].outcome(week[1]["case_id"], "prepare") is None
-    assert meter.seen == [] and svc.breaker.state().finished == 0
+    assert meter.seen == [] and svc.books.breaker.state().finished == 0
 
 
 def test_the_service_modules_import_nothing_of_airflow() -> None:
@@ -305,8 +305,8 @@ def test_a_cache_entry_written_before_the_model_is_reused(week: Week) -> None:
         "attempt": 4,
         "committed_at": "2026-10-01T10:00:00+00:00",
     }
-    assert svc.ledger.documents.create(cache_uri(svc.layout.root, key), old)
-    assert svc.cache.lookup(key) == CacheEntry.model_validate(old)
+    assert svc.books.ledger.documents.create(cache_uri(svc.books.layout.root, key), old)
+    assert svc.books.cache.lookup(key) == CacheEntry.model_validate(old)
     reused = svc.begin(TryView(1, int(svc.args.retries or 0), 0), NO_INPUTS, Side())
     assert isinstance(reused, Done) and reused.result.output_uri == old["output_uri"] and reused.result.reused
     committed = week[2].outcome(week[1]["case_id"], "prepare")
@@ -342,7 +342,7 @@ def test_a_phase_runtime_takes_the_manifests_defaults_and_checks(week: Week) -> 
     )
     assert runtime.retry == model.retry and runtime.pod == model.pod and runtime.spec == minimal
     # The snapshot's own specs (graphs and run phases) all read.
-    head = service(week).head
+    head = service(week).books.head
     for graph in head["graphs"].values():
         for spec in graph["phases"].values():
             assert PhaseRuntime.from_spec(spec).command
@@ -381,7 +381,7 @@ def test_a_case_entry_keeps_its_json_and_refuses_a_misspelt_field(week: Week) ->
     with pytest.raises(ValidationError, match="sede"):
         PhaseArgs.of(phase="prepare", case={**week[1], "sede": 3}, run=run, task_id="standard.prepare")
     svc = service(week)
-    assert svc.runtime_spec() == svc.head["graphs"][week[1]["graph"]]["phases"]["prepare"]
+    assert svc.books.runtime_spec() == svc.books.head["graphs"][week[1]["graph"]]["phases"]["prepare"]
 
 
 def test_a_passed_end_reads_who_owns_the_phase_once(week: Week) -> None:
@@ -392,10 +392,12 @@ def test_a_passed_end_reads_who_owns_the_phase_once(week: Week) -> None:
     begun = svc.begin(tv, NO_INPUTS, Side())
     assert isinstance(begun, Launch)
     wrote_result(begun.attempt)
-    current_uri = svc.ledger.current_uri(week[1]["case_id"], "prepare")
+    current_uri = svc.books.ledger.current_uri(week[1]["case_id"], "prepare")
     reads: list[str] = []
-    real = svc.ledger.documents.read
-    svc.ledger.documents.read = lambda uri: (reads.append(uri) if uri == current_uri else None) or real(uri)  # type: ignore[method-assign]
+    real = svc.books.ledger.documents.read
+    svc.books.ledger.documents.read = lambda uri: (
+        (reads.append(uri) if uri == current_uri else None) or real(uri)
+    )  # type: ignore[method-assign]
     done = svc.end(tv, begun.attempt, AttemptResult(Outcome.PASSED, 0), dt.datetime.now(dt.UTC), Side())
     assert isinstance(done, Done) and done.result.attempt == 1
     assert reads == [current_uri]

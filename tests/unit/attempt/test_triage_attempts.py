@@ -92,12 +92,12 @@ def test_a_triage_run_stores_no_result_and_feeds_no_breaker(
     svc = _service(rerun, {**case, "fresh_phases": ["prepare"]})
     done = _ended(svc, Outcome.PASSED)
     assert isinstance(done, Done) and done.result.cache_key
-    assert svc.cache.lookup(done.result.cache_key) is None
+    assert svc.books.cache.lookup(done.result.cache_key) is None
     crashed = _service({**rerun, "run_key": rerun["run_key"] + "b"}, {**case, "fresh_phases": ["prepare"]})
     _copy_head(run, {**rerun, "run_key": rerun["run_key"] + "b"})
     _ended(crashed, Outcome.INFRA_FAILED)
-    assert svc.breaker.state().finished == 0  # neither the pass nor the crash was counted
+    assert svc.books.breaker.state().finished == 0  # neither the pass nor the crash was counted
     # The same pass in the week itself is cached and counted.
     week_svc = _service(run, case)
     assert isinstance(_ended(week_svc, Outcome.PASSED), Done)
-    assert week_svc.breaker.state().finished == 1
+    assert week_svc.books.breaker.state().finished == 1

@@ -17,7 +17,7 @@ from tests.support.kube_settings import KUBE
 
 from avsim.artifacts import RunLayout
 from avsim.attempt import PhaseAttempt, PhaseRuntime
-from avsim.attempt.service import AttemptService
+from avsim.attempt.books import AttemptBooks
 from avsim.contracts.case import CaseEntry
 from avsim.kube import pods
 from avsim.manifest.sample import sample_manifest
@@ -94,7 +94,7 @@ def test_a_resumed_phase_rebuilds_its_attempt_without_reading_upstream_xcoms(
     op, _ = operator(0)
     op.upstream_phases = {"prepare": ["standard.prepare"]}
     # The phase's spec from the run's snapshot (which the ledger would read).
-    monkeypatch.setattr(AttemptService, "runtime_spec", lambda self: phase_spec(0)[1])
+    monkeypatch.setattr(AttemptBooks, "runtime_spec", lambda self: phase_spec(0)[1])
     monkeypatch.setattr(op, "_final", lambda result, ns, name: result)
     monkeypatch.setattr(
         PhaseLifecycle,
@@ -164,8 +164,8 @@ def _two_tries(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> tuple[Any, Pha
     attempt = attempt.with_attempt(1, layout=layout)
     ledger = _claimed_by_tries(op, attempt, [1, 2])
     # The lifecycle the resumed task builds, over this ledger.
-    monkeypatch.setattr(AttemptService, "layout", layout)
-    monkeypatch.setattr(AttemptService, "ledger", ledger)
+    monkeypatch.setattr(AttemptBooks, "layout", layout)
+    monkeypatch.setattr(AttemptBooks, "ledger", ledger)
     monkeypatch.setattr(
         PhaseLifecycle, "attempt_for", lambda self, context, number=0: attempt.with_attempt(number)
     )

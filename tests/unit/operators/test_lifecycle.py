@@ -43,7 +43,7 @@ def _try(task: Phase, ti: TaskInstance, result: AttemptResult) -> Any:
 
 
 def _spec(task: Phase) -> dict[str, Any]:
-    return dict(task.lifecycle.service.runtime_spec().get("retry") or {})
+    return dict(task.lifecycle.service.books.runtime_spec().get("retry") or {})
 
 
 def test_a_passed_attempt_is_committed_and_a_later_try_reuses_it(week: Any) -> None:
@@ -180,7 +180,7 @@ def test_a_failed_scenario_is_a_result(week: Any) -> None:
 def test_an_open_breaker_stops_the_launch(week: Any) -> None:
     task = phase_task(week, "prepare", Role.REGULAR, 0)
     assert task.lifecycle.args.node_class == NODE_CPU
-    task.lifecycle.service.breaker.trip("the canary gate failed")
+    task.lifecycle.service.books.breaker.trip("the canary gate failed")
     with pytest.raises(exc.BreakerOpen, match="circuit breaker open"):
         task.lifecycle.begin_attempt({"ti": TaskInstance(task.task_id)})
     committed = week[2].outcome(week[1]["case_id"], "prepare")

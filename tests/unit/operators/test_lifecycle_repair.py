@@ -82,7 +82,7 @@ def test_a_case_phase_keeps_its_first_result_through_a_clear(week: Any) -> None:
 def test_a_stopped_weeks_run_level_phase_runs_despite_the_open_breaker(week: Any) -> None:
     """Issue 31 item 11: the summary of a week the canary stopped was failed as bad_build/breaker_open."""
     task = _summary(week)
-    task.lifecycle.service.breaker.trip("canary gate: canary gate FAILED")
+    task.lifecycle.service.books.breaker.trip("canary gate: canary gate FAILED")
     out = _run(task, _ti(task, 1, 1), AttemptResult(Outcome.PASSED, 0))
     assert out["outcome"] == "passed"
     case_phase = phase_task(week, "prepare", Role.REGULAR, 0)  # the build's cases stay stopped
@@ -91,7 +91,9 @@ def test_a_stopped_weeks_run_level_phase_runs_despite_the_open_breaker(week: Any
 
 
 def _preempt_until_hand_over(spot: Phase, ti: TaskInstance) -> None:
-    n = int((spot.lifecycle.service.runtime_spec().get("retry") or {}).get("on_demand_after_preemptions", 2))
+    n = int(
+        (spot.lifecycle.service.books.runtime_spec().get("retry") or {}).get("on_demand_after_preemptions", 2)
+    )
     for k in range(1, n + 1):
         ti.try_number = k
         ti.max_tries = spot.retries

@@ -86,7 +86,7 @@ def test_two_triggers_committing_one_passed_attempt_count_it_once(week: Any, emi
     first = commit_passed(plan, PASSED)
     second = commit_passed(plan, PASSED)
     assert first == second and (first["outcome"], first["attempt"]) == ("passed", 1)
-    assert task.lifecycle.service.breaker.state().finished == 1
+    assert task.lifecycle.service.books.breaker.state().finished == 1
     assert len(gpu_seconds(emitted)) == 1
     [rec] = week[2].attempts(week[1]["case_id"], "simulate")
     assert (rec.state, rec.outcome) == ("ended", Outcome.PASSED)
@@ -111,7 +111,7 @@ def test_a_stale_trigger_after_a_newer_try_leaves_the_abandoned_record_and_the_b
     first = week[2].attempts(case_id, "prepare")[0]
     assert (first.outcome, first.detail) == (Outcome.INFRA_FAILED, "abandoned")
     assert week[2].outcome(case_id, "prepare") is None
-    assert task.lifecycle.service.breaker.state().finished == 0 and gpu_seconds(emitted) == []
+    assert task.lifecycle.service.books.breaker.state().finished == 0 and gpu_seconds(emitted) == []
 
 
 def test_a_stale_worker_after_a_newer_try_records_nothing(week: Any, emitted: list[Any]) -> None:
@@ -129,7 +129,7 @@ def test_a_stale_worker_after_a_newer_try_records_nothing(week: Any, emitted: li
         )
     first = week[2].attempts(week[1]["case_id"], "prepare")[0]
     assert first.detail == "abandoned"
-    assert task.lifecycle.service.breaker.state().finished == 0
+    assert task.lifecycle.service.books.breaker.state().finished == 0
     assert not [e for e in emitted if e[0] == metrics.PHASE_OUTCOME]
 
 
@@ -147,7 +147,7 @@ def test_a_worker_resumed_after_its_trigger_committed_returns_the_commit(
     assert task.lifecycle.end_attempt({"ti": ti}, attempt, vanished, dt.datetime.now(dt.UTC)) == committed
     [rec] = week[2].attempts(week[1]["case_id"], "prepare")
     assert rec.outcome is Outcome.PASSED
-    state = task.lifecycle.service.breaker.state()
+    state = task.lifecycle.service.books.breaker.state()
     assert (state.finished, state.failures) == (1, 0)
 
 
@@ -226,7 +226,8 @@ def test_a_pass_without_its_declared_outputs_is_an_infrastructure_failure_never_
     assert (rec.outcome, rec.detail) == (Outcome.INFRA_FAILED, "missing_output")
     assert week[2].outcome(case_id, "prepare") is None
     assert (
-        list(Path(task.lifecycle.service.layout.root.removeprefix("file://"), "cache").glob("*.json")) == []
+        list(Path(task.lifecycle.service.books.layout.root.removeprefix("file://"), "cache").glob("*.json"))
+        == []
     )
     # The retry that writes its outputs commits and is cached.
     ti2, attempt2 = begin(task, 2)
@@ -234,7 +235,11 @@ def test_a_pass_without_its_declared_outputs_is_an_infrastructure_failure_never_
     out = task.lifecycle.end_attempt({"ti": ti2}, attempt2, PASSED, dt.datetime.now(dt.UTC))
     assert (out["outcome"], out["attempt"]) == ("passed", 2)
     assert (
-        len(list(Path(task.lifecycle.service.layout.root.removeprefix("file://"), "cache").glob("*.json")))
+        len(
+            list(
+                Path(task.lifecycle.service.books.layout.root.removeprefix("file://"), "cache").glob("*.json")
+            )
+        )
         == 1
     )
 
@@ -266,7 +271,7 @@ def test_a_local_phase_that_passed_without_its_outputs_is_retried_not_committed(
     [rec] = ledger.attempts(case["case_id"], "prepare")
     assert (rec.outcome, rec.detail, rec.exit_code) == (Outcome.INFRA_FAILED, "missing_output", 0)
     assert ledger.outcome(case["case_id"], "prepare") is None
-    cache = Path(op.lifecycle.service.layout.root.removeprefix("file://"), "cache")
+    cache = Path(op.lifecycle.service.books.layout.root.removeprefix("file://"), "cache")
     assert list(cache.glob("*.json")) == []
     ti.try_number = 2
     out = op.execute({"ti": ti})
@@ -281,7 +286,7 @@ def _trigger_commits_after_the_next_list(task: Any, monkeypatch: pytest.MonkeyPa
     ti1, attempt1 = begin(task, 1)
     write_outputs(attempt1)
     plan = plan_of(task, ti1, attempt1)
-    listed = task.lifecycle.service.ledger.attempts
+    listed = task.lifecycle.service.books.ledger.attempts
     raced: list[Any] = []
 
     def list_then_the_trigger_commits(case_id: str, phase: str) -> list[AttemptRecord]:
@@ -290,7 +295,7 @@ def _trigger_commits_after_the_next_list(task: Any, monkeypatch: pytest.MonkeyPa
             raced.append(commit_passed(plan, PASSED))
         return found
 
-    monkeypatch.setattr(task.lifecycle.service.ledger, "attempts", list_then_the_trigger_commits)
+    monkeypatch.setattr(task.lifecycle.service.books.ledger, "attempts", list_then_the_trigger_commits)
     return raced
 
 
@@ -318,7 +323,7 @@ def test_settling_an_earlier_tries_attempt_leaves_a_pass_its_trigger_recorded_me
     assert committed is not None and (committed.attempt, committed.outcome) == (1, Outcome.PASSED)
     assert history == [Outcome.PASSED]
     assert (
-        task.lifecycle.service.breaker.state().finished == 1
+        task.lifecycle.service.books.breaker.state().finished == 1
     )  # the trigger's pass, counted once; no loss over it
 
 
@@ -332,5 +337,5 @@ def test_a_try_that_settles_a_pass_committed_meanwhile_launches_nothing(
     ti2 = TaskInstance(task.task_id, try_number=2, max_tries=task.retries)
     assert task.lifecycle.begin_attempt({"ti": ti2}) == raced[0]
     assert (
-        task.lifecycle.service.ledger.current_attempt(week[1]["case_id"], "prepare") == 1
+        task.lifecycle.service.books.ledger.current_attempt(week[1]["case_id"], "prepare") == 1
     )  # no attempt 2 claimed
