@@ -1,9 +1,9 @@
-"""The Kubernetes API calls avsim makes from a worker, behind one hook (as the cncf provider's).
+"""Every Kubernetes API call avsim makes of its own, behind one module (as the cncf provider's hooks).
 
 A phase's pods and their heartbeat Leases: list, read, create a Lease, delete, a failed pod's log
-tail. The clients are the cncf ``KubernetesHook``'s (from an Airflow connection) or the stock pod
-operator's own; objects come back as the API's JSON (dicts), which :mod:`avsim.kube.pods` reads.
-The triggerer's asynchronous watch is :mod:`avsim.triggers.pod_watch`.
+tail, from a worker (:class:`PhasePodsHook`, over the cncf ``KubernetesHook``'s client or the stock
+pod operator's own; objects come back as JSON dicts, which :mod:`avsim.kube.pods` reads); and the
+triggerer's lists, watches and deletes (:class:`AsyncPhasePodsHook`, over ``kubernetes_asyncio``).
 """
 
 from __future__ import annotations
@@ -97,3 +97,56 @@ class PhasePodsHook(BaseHook):
         except ApiException:
             return ""
         return str(text or "").strip()
+
+
+def async_connection(
+    conn_id: str | None,
+    config_dict: Any = None,
+    cluster_context: str | None = None,
+    in_cluster: bool | None = None,
+) -> Any:
+    """The triggerer's API client of a connection: the cncf ``AsyncKubernetesHook``'s, as an async
+    context manager that yields a ``kubernetes_asyncio`` ``ApiClient``."""
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+
+    hook = AsyncKubernetesHook(
+        conn_id=conn_id, config_dict=config_dict, cluster_context=cluster_context, in_cluster=in_cluster
+    )
+    return hook.get_conn()
+
+
+class AsyncPhasePodsHook:
+    """The triggerer's calls (``kubernetes_asyncio``) over an ``ApiClient`` (``api``): the shared
+    watch's lists and watches of pods and Leases, and an attempt's deletion. Responses are raw
+    (``_preload_content=False``); the caller reads and releases them."""
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+
+    def list(self, kind: str, namespace: str, **kwargs: Any) -> Any:
+        """List (or with ``watch=True``, watch) the ``kind`` (``pods`` or Leases) of ``namespace``: an
+        awaitable of the raw response."""
+        from kubernetes_asyncio import client as k8s
+
+        kwargs["_preload_content"] = False
+        if kind == "pods":
+            return k8s.CoreV1Api(self.api).list_namespaced_pod(namespace, **kwargs)
+        return k8s.CoordinationV1Api(self.api).list_namespaced_lease(namespace, **kwargs)
+
+    async def delete_pod_and_lease(self, namespace: str, name: str) -> None:
+        """Delete a pod (with its own grace period) and its Lease (named after it); gone already is fine."""
+        from kubernetes_asyncio import client as k8s
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        for call in (
+            lambda: k8s.CoreV1Api(self.api).delete_namespaced_pod(name, namespace, _preload_content=False),
+            lambda: k8s.CoordinationV1Api(self.api).delete_namespaced_lease(
+                name, namespace, _preload_content=False
+            ),
+        ):
+            try:
+                resp: Any = await call()  # the raw response (_preload_content=False)
+                resp.release()
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise

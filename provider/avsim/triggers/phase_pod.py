@@ -150,15 +150,11 @@ class PhasePodTrigger(BaseTrigger):
         return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
     def _client_factory(self) -> Any:
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+        from avsim.hooks.kubernetes import async_connection
 
-        hook = AsyncKubernetesHook(
-            conn_id=self.kubernetes_conn_id,
-            config_dict=self.config_dict,
-            cluster_context=self.cluster_context,
-            in_cluster=self.in_cluster,
+        return async_connection(
+            self.kubernetes_conn_id, self.config_dict, self.cluster_context, self.in_cluster
         )
-        return hook.get_conn()
 
     def watch(self) -> Any:
         from avsim.triggers.pod_watch import NamespaceWatch

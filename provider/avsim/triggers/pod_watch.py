@@ -172,14 +172,11 @@ class NamespaceWatch:
                 await self._close_client()
 
     def _call(self, stream: _Stream, api: Any, **kwargs: Any) -> Any:
-        from kubernetes_asyncio import client as k8s
+        from avsim.hooks.kubernetes import AsyncPhasePodsHook
 
         self.requests += 1
         kwargs.setdefault("label_selector", SELECTOR)
-        kwargs["_preload_content"] = False
-        if stream.kind == "pods":
-            return k8s.CoreV1Api(api).list_namespaced_pod(self.namespace, **kwargs)
-        return k8s.CoordinationV1Api(api).list_namespaced_lease(self.namespace, **kwargs)
+        return AsyncPhasePodsHook(api).list(stream.kind, self.namespace, **kwargs)
 
     async def _list(self, stream: _Stream) -> None:
         api = await self._api()
@@ -247,22 +244,9 @@ class NamespaceWatch:
     async def delete_attempt(self, name: str) -> None:
         """Delete an attempt's pod and its Lease (both named ``name``), with the pod's own grace
         period; already gone is fine. Call it while subscribed (the watch's client is open then)."""
-        from kubernetes_asyncio import client as k8s
-        from kubernetes_asyncio.client.exceptions import ApiException
+        from avsim.hooks.kubernetes import AsyncPhasePodsHook
 
-        api = await self._api()
-        for call in (
-            lambda: k8s.CoreV1Api(api).delete_namespaced_pod(name, self.namespace, _preload_content=False),
-            lambda: k8s.CoordinationV1Api(api).delete_namespaced_lease(
-                name, self.namespace, _preload_content=False
-            ),
-        ):
-            try:
-                resp: Any = await call()  # the raw response (_preload_content=False)
-                resp.release()
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+        await AsyncPhasePodsHook(await self._api()).delete_pod_and_lease(self.namespace, name)
 
     def _wake_all(self) -> None:
         for sub in self._subs:
