@@ -89,8 +89,13 @@ def triage_run_key(week_run_key: str, label: str) -> str:
     return safe_key(f"{week_run_key}{TRIAGE_RUN_MARKER}{label}")
 
 
+_TRIAGE_RUN_END = re.compile(re.escape(TRIAGE_RUN_MARKER) + r"\d+_[a-z]+_\d+$")
+
+
 def is_triage_run(run_id: str | None) -> bool:
-    return bool(run_id) and TRIAGE_RUN_MARKER in str(run_id)
+    """Whether a shard run is a triage run (its id ends in ``__triage_<round>_<build>_<n>``; a weekly
+    run's own id may hold the marker anywhere)."""
+    return bool(run_id) and _TRIAGE_RUN_END.search(str(run_id)) is not None
 
 
 def week_run_ids(parent_run_id: str, shard_count: int, *, canary: bool) -> list[str]:

@@ -68,3 +68,16 @@ def test_the_module_imports_nothing_from_avsim() -> None:
         )
     ]
     assert imported and not [n for n in imported if n.split(".")[0] == "avsim"]
+
+
+def test_a_triage_run_is_told_by_the_end_of_its_id() -> None:
+    from avsim.artifacts import is_triage_run, parent_run, triage_run_id
+
+    run = triage_run_id("bench__triage_a", "1_this_2")
+    assert run == "bench__triage_a__triage_1_this_2" and is_triage_run(run)
+    assert not is_triage_run("bench__triage_a") and not is_triage_run("bench__triage_a__shard_0001")
+    assert parent_run("avsim_weekly_shard", run) == ("avsim_weekly", "bench__triage_a")
+    assert parent_run("avsim_weekly_shard", "bench__triage_a__shard_0001") == (
+        "avsim_weekly",
+        "bench__triage_a",
+    )
