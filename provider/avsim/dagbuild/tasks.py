@@ -16,6 +16,7 @@ from avsim.artifacts import RunLayout, canary_run_id, run_key_for, shard_run_id,
 from avsim.contracts import RunDescriptor, ShardConf
 from avsim.contracts.week import CanaryPlan
 from avsim.errors import AvsimError, ManifestError, Problem
+from avsim.manifest.models import RunClass
 from avsim.manifest.source import ManifestSource, check_location
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import ShardPlan, assign_families, cut_shards
@@ -64,7 +65,8 @@ def prepare_week(
     snapshot = write_snapshot(loaded, layout)
     cut = _cut_week(manifest, plan, settings, layout, pool_slots)
     run = _descriptor(manifest, plan, layout, dag_id, run_id, given.name, snapshot.sha256, cut)
-    if plan.run_class == "weekly" and manifest.run.run_class.value == "weekly" and not manifest.run.rerun_of:
+    weekly = plan.run_class is RunClass.WEEKLY and manifest.run.run_class is RunClass.WEEKLY
+    if weekly and not manifest.run.rerun_of:
         _record_week(layout, manifest, dag_id, run_id, snapshot.sha256)
     canary = _canary_plan(cut, plan, manifest, run, run_id)
     _log_week(manifest, cut, plan, snapshot.sha256)

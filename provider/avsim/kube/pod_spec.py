@@ -32,6 +32,7 @@ from kubernetes.client import models as k8s
 from avsim.artifacts import is_canary_run, is_triage_run
 from avsim.attempt import PhaseAttempt, PhaseRuntime
 from avsim.kube import pods
+from avsim.manifest.models import RunClass
 from avsim.phases import contract
 from avsim.settings import KubernetesSettings
 
@@ -46,7 +47,7 @@ CANARY_PRIORITY = "canary"
 TRIAGE_PRIORITY = "adhoc"
 
 
-def priority_key(run_class: str, run_id: str) -> str:
+def priority_key(run_class: RunClass, run_id: str) -> str:
     """Which PriorityClass a run's pods get: the canary's for the canary's shard run, the ad-hoc class for
     a triage shard run (it ranks below the weeks), else the run class's."""
     if is_triage_run(run_id):
