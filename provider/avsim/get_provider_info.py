@@ -25,6 +25,7 @@ def get_provider_info() -> dict[str, Any]:
                     "avsim.operators.phase",
                     "avsim.operators.kubernetes",
                     "avsim.operators.shard",
+                    "avsim.operators.triage",
                 ],
             }
         ],
@@ -56,6 +57,7 @@ def get_provider_info() -> dict[str, Any]:
                     "avsim.triggers.canary",
                     "avsim.triggers.shard_run",
                     "avsim.triggers.admission",
+                    "avsim.triggers.triage",
                 ],
             }
         ],

@@ -148,11 +148,11 @@ def test_nothing_to_triage_is_said_once_and_a_bad_build_gets_no_triage() -> None
         and book.message == "nothing to triage: no weekly run recorded for 2026-W49"
         and not book.rounds
     )
-    book, rnd = _round(rows + [_row("f1", "scenario_failed")], _comparison("f1"), canary_stopped=True)
+    book, rnd = _round([*rows, _row("f1", "scenario_failed")], _comparison("f1"), canary_stopped=True)
     assert rnd is None and "bad build" in book.message
     rerun = WEEK.model_copy(update={"rerun_of": "avsim_weekly__w50"})
     book, rnd = plan_round(
-        rerun, PLAN, TriageSettings(), rows + [_row("f1", "scenario_failed")], _comparison("f1"), HEAD, None,
+        rerun, PLAN, TriageSettings(), [*rows, _row("f1", "scenario_failed")], _comparison("f1"), HEAD, None,
         now=NOW, canary_stopped=False,
     )  # fmt: skip
     assert rnd is None and "reruns failed cases of avsim_weekly__w50" in book.message
@@ -163,7 +163,7 @@ def test_a_later_round_triages_only_the_cases_no_earlier_round_planned() -> None
         _row("f1", "scenario_failed"),
         _row("f2", "scenario_failed"),
     ]
-    book, first = _round(
+    book, _first = _round(
         rows, _comparison("f1"), settings=TriageSettings(gpu_share=1.0, determinism_sample=0.0)
     )
     again, none = _round(rows, _comparison("f1"), book=book)
