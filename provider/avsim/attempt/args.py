@@ -110,6 +110,15 @@ OPERATOR_FIELDS = tuple(f for f in dataclasses.fields(PhaseArgs) if f.name not i
 
 
 @dataclass(frozen=True)
+class ResolvedInputs:
+    """The attempt's inputs: upstream phase -> committed output URI, and -> that output's cache key
+    (empty for fixed inputs). The task reads them from its upstream phases' results."""
+
+    uris: Mapping[str, str]
+    upstream_keys: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class TryView:
     """What the service reads of Airflow's task instance: its try, its last try, its map index; and
     ``round_first``, the first try of its round when known without them (the committing trigger's)."""

@@ -102,11 +102,9 @@ class AttemptBooks:
 
     # -- reads --------------------------------------------------------------------------------------
     def committed(self) -> OutcomeRecord | None:
-        """The phase's committed outcome, if any."""
         return self.ledger.outcome(self.args.case_id, self.phase)
 
     def attempts(self) -> list[AttemptRecord]:
-        """The phase's attempt records, oldest first."""
         return self.ledger.attempts(self.args.case_id, self.phase)
 
     def current_attempt(self) -> int | None:
@@ -164,8 +162,7 @@ class AttemptBooks:
 
     # -- records ------------------------------------------------------------------------------------
     def started_record(self, try_number: int, round_start: int, gpus: int) -> AttemptRecord:
-        """The record of an attempt a try starts (its number is the ledger's claim)."""
-        return AttemptRecord(
+        return AttemptRecord(  # an attempt a try starts: its number is the ledger's claim
             run_key=self.layout.run_key,
             case_id=self.args.case_id,
             phase=self.phase,
@@ -197,8 +194,7 @@ class AttemptBooks:
         result: AttemptResult,
         started: dt.datetime,
     ) -> AttemptRecord:
-        """The ledger's record of an attempt that ended with ``result``."""
-        ended = utcnow()
+        ended = utcnow()  # the record of an attempt that ended with ``result``
         return AttemptRecord(
             run_key=self.layout.run_key,
             case_id=self.args.case_id,
@@ -255,11 +251,10 @@ class AttemptBooks:
         return self.ledger.settle_attempt(lost)
 
     def record(self, rec: AttemptRecord) -> None:
-        self.ledger.record_attempt(rec)
+        self.ledger.record_attempt(rec)  # an attempt that ended without a launch
 
     def fence(self, rec: AttemptRecord) -> tuple[Standing, OutcomeRecord | None]:
-        """Write an ended attempt's record behind the ledger's fence (:meth:`Ledger.end_attempt`): its
-        standing, and the phase's committed outcome."""
+        """Write an ended attempt's record behind the fence (:meth:`Ledger.end_attempt`): its standing."""
         return self.ledger.end_attempt(rec)
 
     def feed_breaker(self, evidence: bool, where: str) -> bool:
@@ -279,12 +274,10 @@ class AttemptBooks:
         return final
 
     def commit_failure(self, rec: AttemptRecord, result: AttemptResult) -> None:
-        """Commit a failure (no output)."""
         self.ledger.commit(self._outcome_record(rec, result, output=False))
 
     def commit_reused(self, template: AttemptRecord, key: str, hit: CacheEntry) -> OutcomeRecord:
-        """Claim an attempt, record it ended as reused, and commit the cached result ``hit``: the phase's
-        committed outcome."""
+        """Claim an attempt, record it reused and commit the cached ``hit``: the committed outcome."""
         claimed = self.ledger.claim_attempt(template)
         now = utcnow().isoformat()
         self.ledger.record_attempt(

@@ -13,15 +13,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from avsim.attempt import PhaseAttempt, PhaseRuntime
-from avsim.attempt.args import PhaseArgs, TryView
+from avsim.attempt.args import PhaseArgs, ResolvedInputs, TryView
 from avsim.attempt.books import AttemptBooks, class_of, published, result_of, utcnow
-from avsim.attempt.steps import Begun, Done, Ended, HandOver, Launch, Meter, Stop, TaskSide
+from avsim.attempt.steps import Begun, Done, Ended, HandOver, Launch, Meter, MissingOutputs, Stop, TaskSide
 from avsim.contracts.case import CacheEntry
-from avsim.errors import AvsimError
 from avsim.ledger.records import AttemptRecord, OutcomeRecord, Standing
 from avsim.ledger.store import AttemptSuperseded
 from avsim.phases import contract, policy
@@ -30,20 +28,6 @@ from avsim.phases.policy import Action, Decision
 from avsim.plan.model import ON_DEMAND_SUFFIX
 
 __all__ = ["AttemptService", "MissingOutputs", "ResolvedInputs", "published", "result_of"]
-
-
-class MissingOutputs(AvsimError):
-    """A passed attempt's declared outputs are missing, in an end that commits passes only (the
-    committing trigger's): an infrastructure failure, which the worker decides; nothing is recorded."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ResolvedInputs:
-    """The attempt's inputs: upstream phase -> committed output URI, and -> that output's cache key
-    (empty for fixed inputs). The task reads them from its upstream phases' results."""
-
-    uris: Mapping[str, str]
-    upstream_keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 class AttemptService:
@@ -298,18 +282,22 @@ class AttemptService:
                 twin_task_id=twin,
             )
         if decision.action is Action.RETRY:
-            return _retry(self.where(rec.attempt), rec, result, decision)
+            assert decision.failure is not None
+            runner = f" [{rec.runner}]" if rec.runner else ""
+            why = f"{result.reason or 'no reason given'} ({decision.describe()})"
+            return Stop(
+                decision.failure,
+                f"{self.where(rec.attempt)} {class_of(result)}{runner}: {why}",
+                retry_delay=dt.timedelta(seconds=decision.delay_seconds),
+            )
         return self._commit_failure(rec, result, decision)
 
     def record_ended(self, rec: AttemptRecord, gpus: int) -> OutcomeRecord | None:
-        """Fence, then write an ended attempt's record, emit its metrics and feed the build's breaker
-        (a case's first attempt): the worker's and the committing trigger's one way to end an attempt.
-
-        The fence (:meth:`avsim.ledger.store.Ledger.end_attempt`) comes first, so a stale or duplicate
-        report counts nothing: returns the phase's committed result when the attempt's end is settled
-        already (this attempt committed, or a newer one did), None when the caller goes on to decide
-        and commit. Raises :class:`avsim.ledger.store.AttemptSuperseded` when a newer try owns the
-        phase and nothing is committed."""
+        """Fence, then record an ended attempt, emit its metrics and feed the build's breaker (a case's
+        first attempt). The fence (:meth:`avsim.ledger.store.Ledger.end_attempt`) comes first, so a stale
+        or duplicate report counts nothing: returns the phase's committed result when the attempt's end
+        is settled already, None when the caller goes on to decide and commit. Raises
+        :class:`avsim.ledger.store.AttemptSuperseded` when a newer try owns the phase uncommitted."""
         standing, committed = self.books.fence(rec)
         if standing is Standing.COMMITTED or (
             standing is Standing.SUPERSEDED and committed is not None and committed.outcome.produced_output
@@ -408,13 +396,3 @@ class AttemptService:
         ):
             return Done(result_of(committed)), number
         return None, number
-
-
-def _retry(where: str, rec: AttemptRecord, result: AttemptResult, decision: Decision) -> Stop:
-    assert decision.failure is not None
-    runner = f" [{rec.runner}]" if rec.runner else ""
-    return Stop(
-        decision.failure,
-        f"{where} {class_of(result)}{runner}: {result.reason or 'no reason given'} ({decision.describe()})",
-        retry_delay=dt.timedelta(seconds=decision.delay_seconds),
-    )

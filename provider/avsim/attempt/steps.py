@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from avsim.attempt import PhaseAttempt
 from avsim.contracts import PhaseResult
+from avsim.errors import AvsimError
 from avsim.phases.policy import Failure
 
 
@@ -58,6 +59,11 @@ class HandOver:
     case: dict[str, Any]
     run: dict[str, Any]
     twin_task_id: str
+
+
+class MissingOutputs(AvsimError):
+    """A passed attempt's declared outputs are missing, in an end that commits passes only (the
+    committing trigger's): an infrastructure failure, which the worker decides; nothing is recorded."""
 
 
 Begun = Launch | Done | Stop

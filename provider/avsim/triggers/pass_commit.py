@@ -16,9 +16,9 @@ from typing import Any
 
 from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
 
-from avsim.attempt.args import PhaseArgs, TryView
-from avsim.attempt.service import AttemptService, MissingOutputs, ResolvedInputs
-from avsim.attempt.steps import Done, NoTaskSide
+from avsim.attempt.args import PhaseArgs, ResolvedInputs, TryView
+from avsim.attempt.service import AttemptService
+from avsim.attempt.steps import Done, MissingOutputs, NoTaskSide
 from avsim.contracts import PassCommit
 from avsim.contracts.pod import PodEvent
 from avsim.phases.contract import AttemptResult, Outcome
@@ -48,7 +48,7 @@ def commit_passed(plan: PassCommit, result: AttemptResult) -> dict[str, Any]:
     """End a passed attempt as the worker would (:meth:`AttemptService.end`, committing passes only);
     return the phase's result (the task instance's return value), which is the phase's first commit
     (an earlier one, if any, wins). Raises when the end is not the trigger's to make: outputs missing
-    (:class:`~avsim.attempt.service.MissingOutputs`, a failure with a retry decision), or a newer try
+    (:class:`~avsim.attempt.steps.MissingOutputs`, a failure with a retry decision), or a newer try
     owns the phase (:class:`avsim.ledger.store.AttemptSuperseded`)."""
     service = _service(plan)
     attempt = service.attempt_for(ResolvedInputs({}), plan.attempt, plan.cache_key)
