@@ -241,8 +241,14 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     "triage_reruns": (
         "2",
         "integer",
-        "Reruns of a newly failing case's failing phase (and its downstream) on this week's build; "
-        "one more runs on last week's build.",
+        "Reruns of a newly failing case's failing phase (and its downstream) on each build, this "
+        "week's and last week's.",
+    ),
+    "triage_confirm_passing": (
+        "False",
+        "boolean",
+        "Rerun each newly passing case once on this week's build, with the same seed, to confirm the "
+        "pass (within triage's GPU share).",
     ),
     "determinism_sample": (
         "0.005",
@@ -334,11 +340,12 @@ class ManifestSafetySettings:
 
 @dataclass(frozen=True)
 class TriageSettings:
-    """``[avsim] triage_gpu_share``, ``triage_reruns`` and ``determinism_sample``."""
+    """``[avsim] triage_gpu_share``, ``triage_reruns``, ``determinism_sample``, ``triage_confirm_passing``."""
 
     gpu_share: float = 0.02
     reruns: int = 2
     determinism_sample: float = 0.005
+    confirm_passing: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.gpu_share <= 1:
@@ -512,6 +519,7 @@ def load_settings() -> AvsimSettings:
                 gpu_share=float(get("triage_gpu_share")),
                 reruns=int(get("triage_reruns")),
                 determinism_sample=float(get("determinism_sample")),
+                confirm_passing=_boolean(get("triage_confirm_passing")),
             ),
         )
     except ValueError as exc:

@@ -14,7 +14,14 @@ from avsim.artifacts import RunLayout
 from avsim.contracts.week import CaseSummary, ShardSummary
 from avsim.phases.contract import Outcome
 from avsim.triage import decide
-from avsim.triage.model import CaseTriage, DeterminismAudit, OutputDifference, Rerun, TriageReport
+from avsim.triage.model import (
+    CaseTriage,
+    Confirmation,
+    DeterminismAudit,
+    OutputDifference,
+    Rerun,
+    TriageReport,
+)
 from avsim.triage.runs import TRIAGE_SHARD, TriageBook, TriageRun
 
 #: A run's summary, by its run key (None: the run has not written one: it did not end).
@@ -112,7 +119,33 @@ def collect(
         budget_gpu_seconds=sum(r.budget_gpu_seconds for r in book.rounds[:1]),
         planned_gpu_seconds=sum(r.planned_gpu_seconds for r in book.rounds),
         audit=_audit(book, week, head, summaries, digest_of),
+        confirmations=_confirmations(book, summaries),
     )
+
+
+def _confirmations(
+    book: TriageBook, summaries: Mapping[str, ShardSummary | None]
+) -> tuple[Confirmation, ...]:
+    """Each newly passing case's confirmation rerun: its class, or why it has none."""
+    found: list[Confirmation] = []
+    for run in (r for r in book.runs if r.confirm):
+        cases = _cases(summaries[run.run_key])
+        for case_id in run.confirm:
+            case = cases.get(case_id)
+            if case is None:
+                found.append(Confirmation(case_id=case_id, reason="its rerun did not end before the report"))
+                continue
+            outcome = case.outcome if isinstance(case.outcome, Outcome) else None
+            failed = next((p for p in case.phases.values() if p.outcome_name != "passed"), None)
+            found.append(
+                Confirmation(
+                    case_id=case_id,
+                    outcome=outcome,
+                    reason=(failed.reason if failed else "")[:300] or ("" if outcome else case.outcome_name),
+                    output_uri=failed.output_uri if failed else "",
+                )
+            )
+    return tuple(found)
 
 
 def declared_outputs(head: Mapping[str, Any], graph: str) -> dict[str, list[str]]:

@@ -59,4 +59,11 @@ def triage_section(doc: Mapping[str, Any] | None) -> str:
             f"passed cases rerun with the same seed; {len(differing)} gave different outputs "
             f"({audit.rate:.1%}){': ' + escape(', '.join(differing)) if differing else ''}.</p>"
         )
+    if triage.confirmations:
+        ok = sum(1 for c in triage.confirmations if c.confirmed)
+        missed = ", ".join(c.case_id for c in triage.confirmations if not c.confirmed)
+        parts.append(
+            f'<p class="note" id="confirmations">Newly passing cases rerun on this build: {ok} of '
+            f"{len(triage.confirmations)} passed again{': not ' + escape(missed) if missed else ''}.</p>"
+        )
     return "\n".join(parts)

@@ -124,6 +124,20 @@ class DeterminismAudit(_Model):
         return cls(passed_cases=passed_cases, sampled=sample, differing=diffs, rate=rate)
 
 
+class Confirmation(_Model):
+    """A newly passing case rerun once on this build (``[avsim] triage_confirm_passing``)."""
+
+    case_id: str = Field(min_length=1)
+    #: The rerun's class; None: it did not end (the reason says why).
+    outcome: Outcome | None = None
+    reason: str = ""
+    output_uri: str = ""
+
+    @property
+    def confirmed(self) -> bool:
+        return self.outcome is Outcome.PASSED
+
+
 def verdict_counts(cases: Iterable[CaseTriage]) -> dict[TriageVerdict, int]:
     """Cases per verdict, every verdict listed."""
     found = Counter(c.verdict for c in cases)
@@ -146,6 +160,8 @@ class TriageReport(_Model):
     counts: dict[TriageVerdict, int]
     cases: tuple[CaseTriage, ...] = ()
     audit: DeterminismAudit | None = None
+    #: Newly passing cases rerun to confirm the pass (none unless configured).
+    confirmations: tuple[Confirmation, ...] = ()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

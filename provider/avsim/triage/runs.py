@@ -35,6 +35,8 @@ class TriageRun(_Model):
     #: The newly failing cases it reruns (from their failing phase), then the audit's passed cases.
     cases: tuple[str, ...] = ()
     audit: tuple[str, ...] = ()
+    #: Newly passing cases rerun once to confirm the pass.
+    confirm: tuple[str, ...] = ()
 
 
 class TriageRound(_Model):
@@ -44,6 +46,7 @@ class TriageRound(_Model):
     chosen: tuple[Candidate, ...] = ()
     not_triaged: tuple[CaseTriage, ...] = ()
     audit: tuple[str, ...] = ()
+    confirm: tuple[str, ...] = ()
     passed_cases: int = Field(default=0, ge=0)
     budget_gpu_seconds: float = Field(default=0.0, ge=0)
     planned_gpu_seconds: float = Field(default=0.0, ge=0)
@@ -86,16 +89,19 @@ def round_runs(
     audit: Sequence[str],
     reruns: int,
     previous_image: str,
+    confirm: Sequence[str] = (),
 ) -> tuple[TriageRun, ...]:
-    """The shard runs of a round: ``reruns`` on this build (the audit in the first), as many on last
-    week's (none when its image is unknown)."""
+    """The shard runs of a round: ``reruns`` on this build (the audit and the confirmations in the
+    first), as many on last week's (none when its image is unknown)."""
     cases = tuple(c.case_id for c in chosen)
     runs: list[TriageRun] = []
     sides = [(BuildSide.THIS, week.image)] + ([(BuildSide.LAST, previous_image)] if previous_image else [])
     for side, image in sides:
         for n in range(1, reruns + 1):
-            with_audit = tuple(audit) if side is BuildSide.THIS and n == 1 else ()
-            if not cases and not with_audit:
+            first = side is BuildSide.THIS and n == 1
+            with_audit = tuple(audit) if first else ()
+            with_confirm = tuple(confirm) if first else ()
+            if not cases and not with_audit and not with_confirm:
                 continue
             label = f"{round_no}_{side.value}_{n}"
             runs.append(
@@ -108,9 +114,10 @@ def round_runs(
                     run_key=triage_run_key(week.run_key, label),
                     cases=cases,
                     audit=with_audit,
+                    confirm=with_confirm,
                 )
             )
-    return tuple(r for r in runs if r.cases or r.audit)
+    return tuple(runs)
 
 
 def run_descriptor(week: RunDescriptor, run: TriageRun) -> RunDescriptor:
@@ -124,7 +131,7 @@ def run_descriptor(week: RunDescriptor, run: TriageRun) -> RunDescriptor:
             "admission": None,
             "canary_count": 0,
             "shard_count": 1,
-            "case_count": len(run.cases) + len(run.audit),
+            "case_count": len(run.cases) + len(run.audit) + len(run.confirm),
         }
     )
 
@@ -136,11 +143,11 @@ def rerun_entries(
     family_phases: Mapping[str, Any],
 ) -> dict[str, list[dict[str, Any]]]:
     """The run's cases file (family -> case entries): each newly failing case fresh from its failing
-    phase on, each audited case fresh in every phase. ``entries``: case id -> the week's entry;
+    phase on, each audited or confirmed case fresh in every phase. ``entries``: case id -> the week's entry;
     ``family_phases``: family name -> its :class:`~avsim.plan.model.FamilyPlan`."""
     failing = {c.case_id: c.failing_phase for c in chosen}
     by_family: dict[str, list[dict[str, Any]]] = {}
-    for case_id in (*run.cases, *run.audit):
+    for case_id in dict.fromkeys((*run.cases, *run.audit, *run.confirm)):
         entry = dict(entries[case_id])
         family = family_phases[str(entry.get("family") or entry.get("graph"))]
         fresh = (

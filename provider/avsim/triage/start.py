@@ -88,17 +88,24 @@ def _why_none(week: RunDescriptor, comparison: Mapping[str, Any], canary_stopped
 
 
 def _fit(
-    decision: decide.BudgetDecision, audit: Sequence[str], rows: Sequence[Mapping[str, Any]]
-) -> tuple[list[str], float]:
-    """The audited cases that fit what the newly failing cases left of the budget, and what is left."""
-    left = decision.budget_gpu_seconds - decision.planned_gpu_seconds
+    left: float, wanted: Sequence[Sequence[str]], rows: Sequence[Mapping[str, Any]]
+) -> tuple[list[list[str]], float]:
+    """Of each list of whole-case reruns in turn (confirmations, then the audit), the cases that fit
+    ``left`` GPU-seconds (a case costs what it cost the week), and what is left after them."""
     gpu = {str(r["case_id"]): float(r.get("gpu_seconds") or 0.0) for r in rows}
-    kept: list[str] = []
-    for case_id in audit:
-        if gpu.get(case_id, 0.0) <= left:
-            kept.append(case_id)
-            left -= gpu.get(case_id, 0.0)
+    kept: list[list[str]] = []
+    for cases in wanted:
+        kept.append([])
+        for case_id in cases:
+            if gpu.get(case_id, 0.0) <= left:
+                kept[-1].append(case_id)
+                left -= gpu.get(case_id, 0.0)
     return kept, left
+
+
+def newly_passing(comparison: Mapping[str, Any]) -> list[str]:
+    """The cases that pass this week and did not last week."""
+    return [str(e["case_id"]) for e in comparison.get("newly_passing") or () if e.get("outcome") == "passed"]
 
 
 def plan_round(
@@ -122,7 +129,8 @@ def plan_round(
     message = _why_none(week, comparison, canary_stopped)
     new = [c for c in decide.from_comparison(comparison) if c.case_id not in base.planned_cases - retry]
     audit, passed = _audit(rows, head, week, settings.determinism_sample) if first else ([], 0)
-    if message or (not new and not audit):
+    confirm = newly_passing(comparison) if first and settings.confirm_passing else []
+    if message or (not new and not audit and not confirm):
         message = message or decide.nothing_to_triage(comparison)
         return (base.model_copy(update={"message": message}) if first else base), None
     k, last = settings.reruns, base.previous_image
@@ -136,17 +144,20 @@ def plan_round(
         seconds_left=seconds_left((head.get("run") or {}).get("deadline"), now),
         share=max(0.0, settings.gpu_share - (spent / week_gpu if week_gpu else 0.0)),
     )
-    kept, left = _fit(decision, audit, rows)
+    (confirmed, kept), left = _fit(
+        decision.budget_gpu_seconds - decision.planned_gpu_seconds, [confirm, audit], rows
+    )
     number = len(base.rounds) + 1
     rnd = TriageRound(
         round=number,
         chosen=decision.chosen,
         not_triaged=decision.not_triaged,
         audit=tuple(kept),
+        confirm=tuple(confirmed),
         passed_cases=passed,
         budget_gpu_seconds=decision.budget_gpu_seconds,
         planned_gpu_seconds=decision.budget_gpu_seconds - left,
-        runs=round_runs(week, number, decision.chosen, kept, k, last),
+        runs=round_runs(week, number, decision.chosen, kept, k, last, confirmed),
     )
     message = decide.nothing_to_triage(comparison) if first else base.message
     return base.model_copy(update={"rounds": (*base.rounds, rnd), "message": message}), rnd
@@ -175,7 +186,7 @@ def write_round(
     """Each run's files: the week's manifest head under its own key, and its one shard's cases."""
     layout = week.layout
     head = read_json(layout.head_uri)
-    wanted = {c for run in rnd.runs for c in (*run.cases, *run.audit)}
+    wanted = {c for run in rnd.runs for c in (*run.cases, *run.audit, *run.confirm)}
     entries = week_entries(layout, rows, wanted)
     families = {f.name: f for f in plan.families}
     for run in rnd.runs:

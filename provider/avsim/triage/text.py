@@ -39,6 +39,19 @@ def audit_lines(report: TriageReport) -> list[str]:
     return lines
 
 
+def confirmation_lines(report: TriageReport) -> list[str]:
+    if not report.confirmations:
+        return []
+    ok = sum(1 for c in report.confirmations if c.confirmed)
+    lines = [f"newly passing confirmed: {ok} of {len(report.confirmations)} rerun on this build"]
+    lines += [
+        f"  {c.case_id}: {c.outcome.value if c.outcome else 'no result'} {c.reason}".rstrip()
+        for c in report.confirmations
+        if not c.confirmed
+    ]
+    return lines
+
+
 def render(report: TriageReport) -> str:
     """The whole document as a table for a terminal."""
     head = f"triage of {report.run_key}"
@@ -54,4 +67,4 @@ def render(report: TriageReport) -> str:
     if cases:
         widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER) - 1)]
         lines += ["  ".join([*(r[i].ljust(widths[i]) for i in range(len(widths))), r[-1]]) for r in rows]
-    return "\n".join([*lines, *audit_lines(report)])
+    return "\n".join([*lines, *audit_lines(report), *confirmation_lines(report)])

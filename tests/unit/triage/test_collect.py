@@ -153,3 +153,19 @@ def test_last_weeks_image_that_no_longer_pulls_gives_environment_with_the_reason
     [case] = report.cases
     assert case.verdict is TriageVerdict.ENVIRONMENT
     assert "last week's build ended bad_build" in case.reason and "ErrImagePull" in case.reason
+
+
+def test_a_newly_passing_case_is_confirmed_by_its_rerun() -> None:
+    from avsim.triage.text import render
+
+    run = _run(BuildSide.THIS, 1, ()).model_copy(update={"confirm": ("ok1", "ok2", "gone")})
+    book = TriageBook(week_run_key="k", rounds=(TriageRound(round=1, confirm=run.confirm, runs=(run,)),))
+    summary = ShardSummary(shard=1, cases=(_case("ok1", "passed"), _case("ok2", "scenario_failed")))
+    report = collect(book, {}, HEAD, summary_of=lambda key: summary)
+    assert [(c.case_id, c.confirmed) for c in report.confirmations] == [
+        ("ok1", True),
+        ("ok2", False),
+        ("gone", False),
+    ]
+    assert "did not end" in report.confirmations[2].reason
+    assert "newly passing confirmed: 1 of 3" in render(report)

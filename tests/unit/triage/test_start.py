@@ -200,3 +200,16 @@ def test_a_case_left_without_a_verdict_of_the_build_is_taken_again_by_a_later_ro
         retry=frozenset({"f1"}),
     )  # fmt: skip
     assert again is not None and again.round == 2 and [c.case_id for c in again.chosen] == ["f1"]
+
+
+def test_newly_passing_cases_are_confirmed_only_when_configured() -> None:
+    rows = [_row(f"p{i}", "passed") for i in range(10)]
+    comparison = {**_comparison(), "newly_passing": [{"case_id": "p3", "outcome": "passed"}]}
+    _, none = _round(rows, comparison)
+    assert none is None  # not configured: nothing to rerun
+    on = TriageSettings(gpu_share=0.5, determinism_sample=0.0, confirm_passing=True)
+    _, rnd = _round(rows, comparison, settings=on)
+    assert rnd is not None and rnd.confirm == ("p3",) and [r.confirm for r in rnd.runs] == [("p3",)]
+    assert rnd.planned_gpu_seconds == 10.0  # what the case cost the week
+    poor = TriageSettings(gpu_share=0.05, determinism_sample=0.0, confirm_passing=True)
+    assert _round(rows, comparison, settings=poor)[1].confirm == ()  # 5 GPU-s left: it does not fit
