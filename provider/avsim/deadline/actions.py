@@ -1,16 +1,9 @@
 """What the deadline tracker does when the run will be late: more GPU slots, more GPU nodes.
 
-Both actions only ever raise capacity, never above their configured bounds, and each is off
-unless configured (``[avsim] deadline_*``):
-
-- **GPU pool slots** through Airflow's REST API (``PATCH /api/v2/pools/{name}``, with
-  :class:`avsim.hooks.airflow_api.AirflowApiHook`): workers have no database access in Airflow 3.
-  The API's address and credentials come from an Airflow connection (``deadline_api_conn_id``).
-- **EKS managed node group desired size** through the amazon provider's ``EksHook``
-  (``update_nodegroup_config``), raising the group's ``maxSize`` too when the new size needs it.
-
-The GPUs needed count both GPU pools; the spot pool and the node group are asked for what the
-on-demand pool does not cover.
+Both only raise capacity, never above their bounds, and each is off unless configured
+(``[avsim] deadline_*``): the GPU pools' slots through Airflow's REST API
+(:class:`avsim.hooks.airflow_api.AirflowApiHook`) and the EKS managed node group's desired size
+through the amazon provider's ``EksHook``. docs/design.md, "The deadline" (*The actions*).
 """
 
 from __future__ import annotations

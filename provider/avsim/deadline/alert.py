@@ -1,16 +1,9 @@
 """The weekly DAG's Airflow Deadline Alert and what happens when a run misses its deadline.
 
-Airflow checks deadlines in the scheduler's loop; a run still unfinished at its deadline gets its
-``Deadline`` row marked missed and the callback queued, here an :class:`AsyncCallback` that runs
-in the triggerer (the run is not stopped). :func:`on_deadline_missed`:
-
-- logs a warning in the triggerer's log,
-- emits ``avsim.deadline.seconds_late`` (and ``avsim.capacity.gpus_needed`` when the tracker
-  knows it), next to Airflow's own ``deadline_alerts.deadline_missed``,
-- records ``deadline/missed.json`` in the run's artifacts, with the tracker's latest estimate,
-  for the report and the UI.
-
-:func:`deadline_alert` builds the alert for the weekly DAG from ``[avsim]``.
+:func:`deadline_alert` builds the alert from ``[avsim]``. :func:`on_deadline_missed`, an
+:class:`AsyncCallback` run in the triggerer (the run goes on), logs a warning, emits
+``avsim.deadline.seconds_late`` (and ``avsim.capacity.gpus_needed`` when known) and records
+``deadline/missed.json`` with the tracker's latest estimate. docs/design.md, "The deadline".
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """The finish estimate of a weekly run: what is left to run, on the GPUs in use, against the deadline.
 
-Pure functions over plain data (nothing here imports Airflow), so the numbers can be checked by
-hand. The model is the planner's lower bound, applied to what is left:
-
-- a phase's work left is its planned cases minus the finished ones; a phase running now
-  counts as half done (it is somewhere between its start and its end);
-- **GPU-bound time** = GPU-seconds left / GPUs in use (the GPU phases running or deferred now);
-- **path-bound time** = the longest estimated path from a phase with cases left to the end of
-  its case (the case cannot finish sooner, however many GPUs there are);
-- estimated finish = now + max(GPU-bound, path-bound). GPU is the run's bottleneck by design
-  (about 6,700 GPU-hours to 1,500 CPU-hours a week), so CPU work is reported, not modelled.
-
-When the estimate passes the deadline, the GPUs needed are the fewest that bring the GPU-bound
-time within the time left; when the path-bound time alone passes the deadline no number of GPUs
-helps, and the estimate says so instead of asking for GPUs.
+Pure functions over plain data (no Airflow), so the numbers can be checked by hand: the finish is now
+plus the larger of the GPU-bound time (GPU-seconds left over the GPUs in use) and the path-bound time
+(the longest path left in a case); the GPUs needed are the fewest that bring the GPU-bound time within
+the deadline. The model: docs/design.md, "The deadline" (*The estimate*).
 """
 
 from __future__ import annotations

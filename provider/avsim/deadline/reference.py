@@ -1,33 +1,9 @@
 """The weekly run's deadline as an Airflow deadline reference (evaluated when the run is created).
 
-Airflow writes a run's ``Deadline`` row once, in the transaction that creates the run (in the
-scheduler for a scheduled run, in the API server for a triggered one: ``SerializedDAG.
-_process_dagrun_deadline_alerts``), from the reference and the alert's interval; nothing
-re-evaluates it later, and the Airflow UI's Deadline panel shows that row's ``deadline_time``.
-``prepare`` snapshots the manifest only after that, so the reference must find the manifest's
-``run.deadline`` itself. It takes, in order:
-
-1. the run's conf ``deadline`` (ISO 8601 with a time zone) when whoever triggered the run gave one;
-2. the manifest's ``run.deadline``, read from the manifest the run will prepare (the conf's
-   ``manifest``, else ``[avsim] default_manifest`` with the run's ISO week, exactly as ``prepare``
-   resolves it). Only the ``run`` section is parsed (JSON: the document; YAML: events up to
-   ``run.deadline``, so a manifest whose ``run`` comes first is read no further), and nothing is
-   validated: an unreadable manifest, or one without a valid deadline, falls through to 3 with a
-   warning (``prepare`` then reports the manifest's problem);
-3. the run's ``run_after`` plus ``default_after_seconds`` (``[avsim] deadline_default_hours``).
-
-Before 3 was the only fallback for a run triggered with just ``{"manifest": ...}``, its alert
-said ``run_after`` + 156 h (a Thursday trigger: the next Wednesday) while the manifest said Sunday.
-
-The cost of 2 is one read of the manifest (up to ``[avsim] max_manifest_bytes``) per run
-creation: in the API server for a triggered run, in the scheduler once a week for the scheduled
-one (a 10,000-case JSON manifest parses in well under a second).
-
-The manifest's own deadline is also what the deadline tracker (:mod:`avsim.deadline.sensor`)
-compares its estimates with, from ``manifest/plan.json``.
-
-Registered by the avsim plugin (``deadline_references``), which the scheduler and API server
-need to rebuild it from the serialized DAG.
+In order: the run's conf ``deadline``; the ``run.deadline`` of the manifest the run will prepare (only
+its ``run`` section read, nothing validated); else ``run_after`` plus ``[avsim] deadline_default_hours``,
+with a warning. Registered by the avsim plugin (``deadline_references``). Why it reads the manifest
+itself: docs/design.md, "The deadline" (*The reference*).
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The deadline tracker: a sensor beside the shards in the weekly run, deferred in the triggerer.
 
-It starts after ``prepare`` (it needs the run descriptor and ``plan.json``) and ends when the
-week's shard runs are all finished. Meanwhile its trigger re-estimates the finish at
-``[avsim] deadline_interval_seconds`` and records each estimate (``deadline/latest.json``,
-``deadline/history/``) for the report and the UI. When acting is configured and the estimate
-passes the deadline, the trigger hands the GPUs needed to the sensor, which raises the GPU pool
-and the EKS node group within their bounds (:mod:`avsim.deadline.actions`), records what it
-did (``deadline/actions/``) and defers again.
-
-With ``deferrable=False`` it pokes instead: the same pass in a worker, every interval.
-
-:func:`deadline_tracker` builds it from the plan and ``[avsim]``, for the weekly DAG.
+From ``prepare``'s end to the end of the week's shard runs, its trigger re-estimates the finish and
+records it; when acting is configured and the run will be late, the sensor raises capacity in a worker
+(:mod:`avsim.deadline.actions`) and defers again (with ``deferrable=False`` it pokes instead).
+:func:`deadline_tracker` builds it for the weekly DAG. docs/design.md, "The deadline" (*The tracker*).
 """
 
 from __future__ import annotations

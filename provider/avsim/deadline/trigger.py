@@ -1,18 +1,10 @@
 """The deadline tracker's trigger: re-estimates the weekly run's finish at an interval, in the triggerer.
 
-Each pass (:func:`avsim.deadline.tracking.track_once`) counts the week's task instances through
-the execution API, re-estimates, writes ``deadline/latest.json`` and a history entry and emits
-the metrics. The trigger fires:
-
-- ``{"status": "done", ...}`` when the week's shard runs are all finished (looked at every
-  :data:`END_CHECK_SECONDS` between passes);
-- ``{"status": "late", "gpus_needed": n, ...}`` when acting is configured
-  (``act_above_gpus`` is set) and the estimate passes the deadline with more GPUs needed than
-  were last asked for: the sensor acts in a worker and defers again;
-- ``{"status": "error", "message": ...}`` instead of raising, when ``plan.json`` cannot be used
-  or passes keep failing (``max_failed_passes`` in a row; single failures are logged and retried).
-
-Its arguments are plain JSON, so the trigger survives a triggerer restart.
+Each pass (:func:`avsim.deadline.tracking.track_once`) counts the week's task instances, re-estimates,
+records the estimate and emits the metrics. It fires ``done`` when the week's shard runs are finished
+(checked every :data:`END_CHECK_SECONDS`), ``late`` with ``gpus_needed`` when acting is configured and
+more GPUs are needed than last asked for, and ``error`` (it never raises) when ``plan.json`` is unusable
+or ``max_failed_passes`` passes fail in a row. Plain JSON arguments: it survives a triggerer restart.
 """
 
 from __future__ import annotations
