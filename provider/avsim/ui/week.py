@@ -397,6 +397,11 @@ def _links(ref: WeekRef, base: str) -> dict[str, str]:
     }
 
 
+def _deadline(layout: RunLayout, due: Any, row: Mapping[str, Any], over: bool) -> dict[str, Any]:
+    deadline = run_docs.deadline(layout, due)
+    return ended.ended_deadline(deadline, row["state"], row["end_date"]) if over else deadline
+
+
 def week_progress(
     session: Session,
     ref: WeekRef,
@@ -429,9 +434,7 @@ def week_progress(
     ended_at = run_docs.parse(row["end_date"]) if over else None
     cases = _cases(digests.values(), planned_cases, ended.stop_reason(row["state"], canary, breaker))
     due = head.get("deadline") or plan.get("deadline")
-    deadline = run_docs.deadline(layout, due)
-    if over:
-        deadline = ended.ended_deadline(deadline, row["state"], row["end_date"])
+    deadline = _deadline(layout, due, row, over)
     return {
         "timeline": _timeline(
             layout, timelines, due, planned_cases, now, ended_at or (now if over else None)
