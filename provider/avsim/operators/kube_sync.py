@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from kubernetes.client.exceptions import ApiException
@@ -81,7 +82,7 @@ class SyncPodPath:
         self.delete(namespace, name, grace=grace)
         raise PhaseKilled(f"{where} was killed (pod {name}): nothing recorded")
 
-    def start_watchdog(self, attempt: PhaseAttempt, pod_of: Any) -> threading.Event:
+    def start_watchdog(self, attempt: PhaseAttempt, pod_of: Callable[[], Any]) -> threading.Event:
         """A thread that ends the pod (``pod_of()``, once created) when its Lease goes stale or its node
         is lost; set the returned event to stop it."""
         stop = threading.Event()

@@ -291,8 +291,8 @@ class KubernetesPhaseOperator(KubernetesPodOperator):
     def _raise_killed(self, pod: k8s.V1Pod) -> NoReturn:
         namespace = pod.metadata.namespace or str(self.namespace or self.kube.namespace)
         number = self._attempt.attempt if self._attempt is not None else None
-        sync = self._sync or SyncPodPath(self.pods_hook, node_class="", check_interval=0, log=self.log)
-        sync.raise_killed(
+        assert self._sync is not None  # the seams that call this run within launch()
+        self._sync.raise_killed(
             namespace, pod.metadata.name, self.termination_grace_period, self.lifecycle.args.where(number)
         )
 
