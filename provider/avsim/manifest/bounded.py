@@ -1,25 +1,11 @@
-"""Validate a manifest in a child process with a memory and a CPU-time ceiling (issue 28).
+"""Validate a manifest in a child process with a memory and a CPU-time ceiling.
 
-The weekly run's ``prepare`` runs on a worker shared with other tasks, and whoever may trigger the
-DAG chooses the manifest. :func:`load_manifest_bounded` reads the bytes here (up to
-``[avsim] max_manifest_bytes``, with this process's connections: object storage needs them), then
-hands them to ``python -m avsim.manifest.bounded``, which first lowers its own limits
-(``RLIMIT_AS``, ``RLIMIT_CPU``) and then parses and validates them exactly as
-:func:`avsim.manifest.loader.parse_manifest_text` does. What comes back is either the problems
-(raised here as the same :class:`~avsim.errors.ManifestError`) or the manifest's canonical JSON,
-which this process reads with the JSON loader: a document the child proved valid and within its
-limits (nesting, cases), so cheap and linear to read again. A manifest whose validation needs more
-than the bound is refused with a message that names the bound; the child dies, the worker does not.
-
-The bound, for a manifest of ``n`` bytes (docs/security.md):
-
-* memory: ``MEMORY_BASE + MEMORY_PER_BYTE[format] * n`` of resident memory: a watchdog here reads
-  the child's resident memory every :data:`POLL_SECONDS` and kills it past the bound (a cap on its
-  address space alone is not enough: an allocation that fails inside native code, pydantic-core's,
-  can leave the child asleep on a lock instead of raising ``MemoryError``); the address space is
-  capped at twice the bound as a backstop;
-* CPU time: ``TIME_BASE + TIME_PER_MIB * n / MiB`` seconds (``RLIMIT_CPU``), and :data:`WALL_FACTOR`
-  times that on the wall clock (a child asleep uses no CPU).
+:func:`load_manifest_bounded` reads the bytes here and hands them to ``python -m avsim.manifest.bounded``,
+which lowers its own limits, then parses and validates exactly as
+:func:`avsim.manifest.loader.parse_manifest_text` does and answers with the problems (raised here as
+:class:`~avsim.errors.ManifestError`) or the canonical JSON. The bounds (``MEMORY_*``, ``TIME_*``,
+:data:`WALL_FACTOR`, a resident-memory watchdog every :data:`POLL_SECONDS`) and why a child process:
+docs/design.md, "Validating a manifest in a bounded process".
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The alphabets of a manifest's identifiers, and what "unique" means for them.
 
-Identifiers leave the manifest: a case id becomes part of artifact paths (object keys, local
-directories), pod labels and Airflow map-index labels; graph and phase names become task ids,
-group ids and path segments too. So the alphabets are ASCII only (no look-alike letters from other
-scripts: ``case`` written with a Cyrillic ``a``, U+0430, is refused, not normalised), and two identifiers of the same
-kind may not differ in letter case alone (``Case-1`` and ``case-1`` would be one directory on a
-case-insensitive file system or store).
-
-* case id: ASCII letters, digits, ``.``, ``_``, ``-``; starts with a letter or digit; at most 128;
-* graph, phase and run phase names: ASCII letters, digits, ``_``; starts with a letter; at most 63.
-
-A refused character is named by its code point and Unicode name.
+Case ids: ASCII letters, digits, ``.``, ``_``, ``-``; starting with a letter or digit; at most 128.
+Graph, phase and run phase names: ASCII letters, digits, ``_``; starting with a letter; at most 63.
+Two identifiers of one kind may not differ in letter case alone, and a refused character is named by
+its code point and Unicode name. Why: docs/security.md, "The manifest" (*Identifiers*).
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """OCI image references, checked against the distribution reference grammar in full.
 
-The grammar (github.com/distribution/reference, ``reference.go``)::
-
-    reference       := name [ ":" tag ] [ "@" digest ]
-    name            := [ domain "/" ] remote-name
-    domain          := host [ ":" port-number ]
-    host            := domain-name | IPv4address | "[" IPv6address "]"
-    domain-name     := domain-component ( "." domain-component )*
-    domain-component:= /([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])/
-    remote-name     := path-component ( "/" path-component )*
-    path-component  := alpha-numeric ( separator alpha-numeric )*
-    alpha-numeric   := /[a-z0-9]+/
-    separator       := /[_.]|__|[-]+/
-    tag             := /[\\w][\\w.-]{0,127}/
-    digest          := algorithm ":" hex
-
-The first component is the registry only if it holds a ``.`` or a ``:`` or is ``localhost``
-(as ``docker pull`` decides). The name is at most 255 characters.
-
-avsim's rule on top: a build is pinned by a ``sha256`` digest, and a reference that carries a tag
-next to its digest is refused. The digest alone decides what runs; a tag beside it (``:latest``,
-``:v2``) would be shown in reports as if it meant something, and may name another image by the
-time anyone reads it.
+The grammar is github.com/distribution/reference's (``reference.go``): the first component is the
+registry only if it holds a ``.`` or a ``:`` or is ``localhost`` (as ``docker pull`` decides), and the
+name is at most 255 characters. avsim's rule on top: a build is pinned by a ``sha256`` digest, and a
+reference with a tag next to its digest is refused (docs/security.md, "The manifest", *Images*).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Where the problems of a JSON document are: line, column and document path.
 
-Python's JSON parser reports syntax errors with a position but not what the manifest needs to say
-about well-formed JSON it does not take: a duplicate key (which one is kept?), ``NaN`` /
-``Infinity`` or a number too large for a float, and nesting deeper than the parser goes. The
-loader parses with the fast C parser and, only when one of those turned up, runs this scanner, a
-tokenizer over the text (iterative: no depth limit of its own) that tracks the path of every value.
-
-Its cost is linear in the text and its memory bounded by :data:`MAX_JSON_DEPTH` (issue 28): a frame
-holds its own key or index, not the path from the root (the path is built from the frames only for
-a problem reported), and the scan stops at the first container nested too deep, so its path is cut
-at the limit. Everything inside it would be refused with it anyway.
+The loader parses with the C parser and runs this scanner only when it found what that parser accepts
+and a manifest does not (duplicate keys, non-finite or too large numbers, nesting too deep). It is an
+iterative tokenizer, linear in the text, with memory bounded by :data:`MAX_JSON_DEPTH`: a frame holds
+its own key or index, a path is built only for a problem, and the scan stops at the first container
+nested too deep. docs/design.md, "Validating a manifest in a bounded process".
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """What a deployment allows a manifest: size limits, URI schemes and prefixes, a past deadline.
 
-:class:`ManifestPolicy` is built from ``[avsim]`` once (:func:`policy_from_settings`) and handed to
-the checks, which are pure:
-
-* ``max_bytes`` / ``max_cases``: one pair of limits for the loader, the validator and
-  ``avsim manifest sample`` (which never writes a manifest ``validate`` would refuse);
-* URIs: the scheme is one of ``manifest_uri_schemes`` or the artifact store's own; if
-  ``manifest_uri_prefixes`` is set, the URI starts with one of them (or the artifact root); a
-  ``file://`` URI is always confined to the ``file://`` prefixes and the artifact root (so
-  ``file:///etc/passwd`` is refused even where the artifact store is local);
-* the deadline at start (:func:`avsim.manifest.deadline.deadline_at_start`).
+:class:`ManifestPolicy` is built from ``[avsim]`` once (:func:`policy_from_settings`) and handed to the
+checks, which are pure: one pair of size limits for the loader, the validator and ``avsim manifest
+sample``; the URI allow-list (a ``file://`` URI always confined to the ``file://`` prefixes and the
+artifact root); the deadline at start (:func:`avsim.manifest.deadline.deadline_at_start`).
+docs/security.md, "The manifest" (*URIs*, *Deadlines*, *Limits*).
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
-"""Cheap structural limits, checked before anything is built from a manifest (issue 28).
+"""Cheap structural limits, checked before anything is built from a manifest.
 
-A limit that will refuse a document refuses it before the expensive steps (YAML's node graph,
-the pydantic models, the document-level checks) are paid for:
-
-* nesting depth (:data:`MAX_DEPTH` levels of mappings and lists, a fixed limit);
-* the number of cases (``[avsim] max_manifest_cases``, from the policy).
-
-(The byte size is checked before the text is read: :func:`avsim.manifest.loader.read_manifest_bytes`.)
-
-JSON is checked on the parsed document (Python's C parser is linear and refuses, fast, what
-nests deeper than its recursion limit; :mod:`avsim.manifest.json_locate` then says where). YAML is
-checked on the parser's event stream, before the node graph is composed: one event is alive at a
-time, so the check holds at most :data:`MAX_DEPTH` frames whatever the document's size.
-
-Each walk keeps O(depth) state: a frame holds its own key or index, never the path from the root
-(the path is assembled only for a problem, so it is at most the limit long).
+Nesting depth (:data:`MAX_DEPTH`, fixed) and the case count (``[avsim] max_manifest_cases``), so a
+document they refuse costs no node graph and no models. JSON is checked on the parsed document, YAML on
+the parser's event stream before its node graph is composed; each walk keeps O(depth) state.
+docs/design.md, "Validating a manifest in a bounded process".
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """A realistic, deterministic sample weekly manifest (for the demo, tests and benchmarks).
 
-Three graph families share their phase graphs across cases:
-
-``standard`` (~60%)     prepare[cpu] -> simulate[gpu] -> evaluate[cpu] -> report[cpu]
-``with_render`` (~25%)  prepare -> simulate -> evaluate -> report, and render[gpu] after simulate;
-                        report waits for evaluate and render
-``perception`` (~15%)   prepare[cpu] -> perceive[gpu] -> evaluate[cpu] -> report[cpu]
-
-Every phase runs the fake simulator (``avsim-fakesim <kind> --duration S ...``) for its
-estimated duration times ``time_scale``; only the driving phases (simulate, perceive) carry the
-scenario-failure and crash rates. A run-level ``weekly_summary`` phase runs after every case.
-On request (the demo) the retry delays are compressed with the phases (the manifest's defaults
-times ``time_scale``, at least a second): at a time scale of 0.001 a 30-minute simulate runs 1.8 s,
-and an infrastructure retry 30 s later would be eight hours of the week's time. The same arguments
-always give the same document.
+Three graph families share their phase graphs across cases: ``standard`` (~60%), ``with_render``
+(~25%: render[gpu] after simulate, report after both) and ``perception`` (~15%). Every phase runs
+``avsim-fakesim`` for its estimated duration times ``time_scale``; only simulate and perceive carry the
+scenario-failure and crash rates; a run-level ``weekly_summary`` runs after every case. On request (the
+demo) the retry delays are scaled with the phases, to at least a second. The same arguments always
+give the same document.
 """
 
 from __future__ import annotations

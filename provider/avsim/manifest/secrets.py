@@ -1,28 +1,10 @@
 """Credentials never belong in a manifest: find credential-shaped strings and report them masked.
 
-A manifest is snapshotted into the artifact store, shown in the UI, passed to every phase
-process in its environment and logged when it is rejected, so a credential written into it
-leaks to everyone who can read any of those. Credentials reach avsim only through Airflow
-connections (``s3://<conn_id>@bucket/key`` names one; the secrets backend keeps the secret).
-
-:func:`secret_problems` looks at every string of a parsed document, mapping keys included, and
-reports each credential-shaped one at its path:
-
-* credential shapes anywhere in a string (:data:`RULES`): AWS access key ids, PEM private
-  keys, ``Authorization``-style bearer/basic values, JSON web tokens, passwords in URIs
-  (``scheme://user:pass@host``), credential query parameters (``?password=``, ``&sig=``,
-  ``X-Amz-Signature=``), ``password=...``-style assignments, and the prefixes of common API
-  tokens (GitHub, GitLab, Slack, Google, Stripe, OpenAI-style ``sk-``, Hugging Face, npm, PyPI,
-  SendGrid);
-* a non-empty value under a credential-named key (``password``, ``DB_PASSWORD``,
-  ``api_key``, ``GITHUB_TOKEN``, ``client_secret``...: :func:`is_sensitive_key`), e.g. in a
-  case's ``parameters`` or a phase's ``pod.env``;
-* the argument after a credential-named option in a list (``["--password", "..."]``).
-
-A message never repeats the secret: :func:`mask_secrets` keeps only the non-secret part of a
-match (``AKIA****``, ``https://user:****@host``, ``password=****``). The validator also masks
-every other message it reports with it, so a credential in a field of the wrong type does not
-come back through the type error either.
+:func:`secret_problems` looks at every string of a parsed document, mapping keys included: credential
+shapes (:data:`RULES`), non-empty values under credential-named keys (:func:`is_sensitive_key`) and the
+argument after a credential-named option. :func:`mask_secrets` keeps only the non-secret part of a match
+(``AKIA****``). Credentials reach avsim only through Airflow connections. Why, and what is covered:
+docs/security.md, "The manifest" (*No credentials*).
 """
 
 from __future__ import annotations

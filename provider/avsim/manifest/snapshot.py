@@ -1,18 +1,10 @@
 """The immutable manifest snapshot of a run, in the artifact store.
 
-A run reads its manifest once (the ``prepare`` task) and everything after that reads the
-snapshot, never the source, which may change during the week. The snapshot is three objects
-under ``<run>/manifest/`` (see :class:`avsim.artifacts.RunLayout`):
-
-``manifest.json``  the canonical JSON of the validated manifest (what ``sha256`` is taken over)
-``head.json``      the same without ``cases``, plus ``case_count``: cheap to read for run-level work
-``sha256``         the hex digest: written last, so it is the commit point of the snapshot
-
-Writing is idempotent for task retries: a committed snapshot with the same digest is kept
-as is (missing parts are rewritten from the same content). A committed snapshot with another
-digest is never replaced: :class:`~avsim.errors.AvsimError`. Parts left by an attempt that
-died before writing ``sha256`` are not committed and are overwritten; no reader trusts
-``manifest.json`` without the digest (:func:`read_snapshot` checks it).
+Three objects under ``<run>/manifest/``: ``manifest.json`` (the validated manifest's canonical JSON),
+``head.json`` (the same without ``cases``, plus ``case_count``) and ``sha256``, written last as the
+commit point. A committed snapshot with the same digest is kept (a task retry); one with another digest
+is never replaced (:class:`~avsim.errors.AvsimError`); :func:`read_snapshot` checks the digest.
+docs/design.md, "Artifacts and reproducibility".
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Where a run's manifest is: the trigger's ``manifest`` parameter, else ``[avsim] default_manifest``.
 
-:func:`manifest_source` is what the weekly run's ``prepare`` reads and what the run's deadline
-reference (:mod:`avsim.deadline.reference`) reads ahead of it, so both name the same manifest.
-:func:`check_location` refuses, before anything reads it, a location with a credential in it or
-one that no filesystem serves (also the run descriptor's artifact root, in a shard run's conf).
-
-The ``manifest`` parameter may also hold the manifest itself (:func:`is_inline`: JSON or YAML text,
-pasted into the trigger form): then it is the text that ``prepare`` validates, with the bounds of a
-file (``[avsim] max_manifest_bytes``, :mod:`avsim.manifest.bounded`), under the name
-:data:`INLINE_SOURCE`. :class:`ManifestSource` holds either, decided once here: its readers ask it
-for its name, its format and its bytes, never whether it is inline.
+:func:`manifest_source` is what ``prepare`` and the run's deadline reference read, so both name the
+same manifest; :func:`check_location` refuses a location with a credential in it or one no filesystem
+serves. The parameter may hold the manifest's text instead (:func:`is_inline`), read under the name
+:data:`INLINE_SOURCE` with a file's bounds; :class:`ManifestSource` holds either, decided once here, so
+its readers never ask which.
 """
 
 from __future__ import annotations

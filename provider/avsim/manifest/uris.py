@@ -1,20 +1,10 @@
 """URIs in a manifest: what any deployment refuses (here) and what a site allows (:mod:`.policy`).
 
-A manifest's URIs are read by phases and by the platform on the run's behalf, with the platform's
-credentials and from inside its network. So, whatever the settings:
-
-* a URI is absolute, with a lower-case scheme (``s3://bucket/key``, ``file:///abs/path``), and holds
-  no whitespace or control character;
-* its host is no loopback (``localhost``, ``127.0.0.0/8``, ``::1``), link-local (``169.254.0.0/16``,
-  ``fe80::/10``), unspecified (``0.0.0.0``, ``::``) or cloud metadata address (``169.254.169.254``,
-  ``fd00:ec2::254``, ``100.100.100.200``, ``metadata.google.internal``...), written in any form
-  (``2130706433``, ``0x7f.1``, ``::ffff:127.0.0.1``, a trailing dot);
-* its path has no ``.`` or ``..`` segment (also percent-encoded), so a prefix check cannot be walked
-  out of; a ``file`` URI has no host.
-
-A host name that merely resolves to such an address is not caught here (no DNS lookups at
-validation): the allow-list of schemes and prefixes (:mod:`.policy`) is what keeps URIs on the
-stores the platform means to read.
+Whatever the settings, a URI is absolute, with a lower-case scheme and no whitespace or control
+character; its host is no loopback, link-local, unspecified or cloud metadata address, in any spelling;
+its path has no ``.`` or ``..`` segment (also percent-encoded); a ``file`` URI has no host. There are no
+DNS lookups: a host name resolving to such an address is for the allow-list to keep out.
+docs/security.md, "The manifest" (*URIs*).
 """
 
 from __future__ import annotations

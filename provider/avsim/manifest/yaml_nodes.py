@@ -1,15 +1,9 @@
 """Checks on a YAML document's node graph, before any Python object is built from it.
 
-Each problem names the document path and the line:
-
-* duplicate mapping keys (both lines) and aliases that expand too far or recurse;
-* a mapping key that is a list or a mapping (YAML allows it; no manifest field is keyed so);
-* no silent change of a value: PyYAML reads YAML 1.1, where plain ``yes``/``no``/``on``/``off`` are
-  booleans, ``0755`` is octal, ``1_000`` and ``1:30`` are numbers, ``.nan``/``.inf`` are floats and
-  ``2026-12-06`` is a date. Each of those is refused with the fix (write the value as YAML 1.2 and
-  JSON read it, or quote it to keep the text); a date-time is taken only where the manifest
-  expects one (``run.deadline``);
-* explicit tags (``!!binary``, ``!!float``, ``!!set``...): a manifest is plain data.
+Each problem names the document path and the line: duplicate mapping keys, aliases that expand too far
+or recurse, a mapping key that is a list or a mapping, a YAML 1.1 reading that would change a value
+(``yes``, ``0755``, ``1_000``, ``.nan``, a date other than ``run.deadline``) and explicit tags.
+docs/security.md, "The manifest" (*Exactly what it says*).
 """
 
 from __future__ import annotations
