@@ -178,7 +178,7 @@ def week_verdict(
     """The week's verdict from its shard summaries (a shard summarized twice counts once: the last).
 
     ``not_started``: cases no summary covers; with the ``not_started`` cases of the summaries of shard
-    runs that never started (:func:`avsim.ledger.store.unstarted_shard_summary`), the week was stopped.
+    runs that never started (:func:`avsim.ledger.summaries.unstarted_shard_summary`), the week was stopped.
     """
     summaries = list(summaries)
     by_shard = {s.shard: shard_verdict(s) for s in summaries}

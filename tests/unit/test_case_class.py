@@ -28,7 +28,8 @@ from avsim.artifacts import RunLayout, shard_run_id
 from avsim.contracts import OUTCOME_XCOM_KEY
 from avsim.contracts.week import ShardSummary
 from avsim.ledger.records import OutcomeRecord
-from avsim.ledger.store import Ledger, summarize_shard
+from avsim.ledger.store import Ledger
+from avsim.ledger.summaries import summarize_shard
 from avsim.phases.contract import (
     CASE_PRECEDENCE,
     ENDED,

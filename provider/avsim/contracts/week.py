@@ -81,7 +81,7 @@ class PhaseSummary(_Contract):
     #: How many attempts the phase made.
     attempts: int = Field(default=0, ge=0)
     #: When the phase's attempt (the committed one, else the last) started and ended, and the GPUs it
-    #: held (:func:`avsim.ledger.store.summarize_shard` writes them; the report's case times and
+    #: held (:func:`avsim.ledger.summaries.summarize_shard` writes them; the report's case times and
     #: progress plot read them; a summary written before they were has none, and the report then takes
     #: the GPUs from the graph and leaves the times empty).
     started_at: str = ""

@@ -375,7 +375,8 @@ def summarize(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:
 
     A run whose conf ``load_shard`` refused has nothing to summarize: it fails at once, without retries.
     """
-    from avsim.ledger.store import Ledger, summarize_shard
+    from avsim.ledger.store import Ledger
+    from avsim.ledger.summaries import summarize_shard
 
     began = dt.datetime.now(dt.UTC)
     try:

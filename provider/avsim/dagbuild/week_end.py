@@ -88,7 +88,8 @@ def close_week(run: dict[str, Any]) -> dict[str, Any]:
     run-level phases take every shard's summary as input and the report counts every case, so both
     then tell what ran, what never started, and why. Returns the counts.
     """
-    from avsim.ledger.store import Ledger, unstarted_shard_summary
+    from avsim.ledger.store import Ledger
+    from avsim.ledger.summaries import unstarted_shard_summary
     from avsim.plan.shards import CANARY_SHARD
 
     d = RunDescriptor.model_validate(run)

@@ -13,7 +13,8 @@ from avsim.artifacts import RunLayout
 from avsim.contracts.week import PhaseSummary, ShardSummary
 from avsim.ledger import store
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
-from avsim.ledger.store import Ledger, summarize_shard
+from avsim.ledger.store import Ledger
+from avsim.ledger.summaries import summarize_shard
 from avsim.phases.contract import NOT_RUN, Outcome, case_class
 
 
