@@ -39,7 +39,7 @@ from avsim.phases.policy import Role
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-__all__ = ["AvsimPhaseOperator", "LocalPhaseOperator", "PhaseKilled", "resolve_command"]
+__all__ = ["AvsimPhaseOperator", "LocalPhaseOperator", "resolve_command"]
 
 #: The lines of a phase's output kept for the ledger's ``reason`` when it fails.
 REASON_TAIL_LINES = 5
