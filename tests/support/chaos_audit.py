@@ -43,9 +43,8 @@ from tests.support.chaos import (
 )
 
 from avsim import storage
-from avsim.artifacts import RUN_LEVEL_CASE, RunLayout
+from avsim.artifacts import RUN_LEVEL_CASE, RunLayout, canary_run_id, shard_run_id
 from avsim.contracts.week import CaseSummary
-from avsim.dagbuild.tasks import canary_run_id, shard_run_id
 from avsim.devstack.stack import LocalStack
 from avsim.ledger.breaker import Breaker
 from avsim.ledger.records import AttemptRecord, OutcomeRecord
