@@ -1,31 +1,10 @@
 """The fake simulator: a stand-in for the simulator container that honours the phase contract.
 
-``avsim-fakesim KIND [options]`` reads the contract's environment, works for a while in small
-sleeps (checkpointing and resuming when ``CHECKPOINT_URI`` is set) and writes real artifacts
-under ``OUTPUT_URI``: ``result.json`` plus one artifact of its kind. It uses the standard library
-for ``file://`` and fsspec for other stores (``s3://`` through s3fs and the standard AWS
-environment), never Airflow: it plays a container that has no Airflow in it.
-
-Every draw comes from a ``random.Random`` seeded with sha256(SEED, CASE_ID, PHASE, purpose).
-The scenario verdict, bad input, the amount of work and the metrics depend on the seed only,
-so a retry gets the same result; a crash depends on ``ATTEMPT`` too, so a retry of a crashed
-attempt can pass. ``PARAMETERS`` may force an outcome per phase name, for tests and demos:
-``{"fakesim": {"simulate": "scenario_failed" | "bad_input" | FAULT | FAULT_once | FAULT_before:N}}``
-where FAULT is ``crash`` (exit 1: an infrastructure failure), ``preempt`` (the process is ended by
-SIGTERM, as a spot reclaim ends it on the local backend) or ``hang`` (the process stops working and
-stops its heartbeat, and waits to be killed). ``FAULT_once`` hits attempt 1 only; ``FAULT_before:N``
-hits every attempt below N; ``FAULT_until:URI`` hits every attempt while URI does not exist, like a
-node pool that stays broken until someone fixes it (and creates the marker) and reruns the phase;
-``FAULT_in:TEXT`` hits every attempt whose ``OUTPUT_URI`` holds TEXT (the reruns of one scope, say
-``crash_in:/triage/``). Several may be combined with ``+`` (``preempt_before:3+crash_once``).
-``bad_input_until:URI`` is bad input while URI does not exist (a scenario missing from its store until
-someone restores it). ``no_output`` (with the same ``_once``, ``_before:N``, ``_until:URI`` forms) is a lost write: the phase
-does its work and exits as it would (0, or 3 for a failed scenario) but leaves nothing under
-``OUTPUT_URI``, as a write that never reached the artifact store. ``scenario_failed_on:DIGEST`` fails
-the scenario on one build only (:meth:`PhaseEnv.fails_on_build`); ``flake:P`` fails it with
-probability P per attempt scope (:meth:`PhaseEnv.flakes`).
-
-The phase renews its heartbeat (:mod:`avsim.phases.heartbeat`) from its work loop.
+``avsim-fakesim KIND [options]`` reads the contract's environment, works in small sleeps (checkpointing,
+resuming, renewing its heartbeat) and writes ``result.json`` plus one artifact under ``OUTPUT_URI``,
+without Airflow. Its draws are seeded by the case, so a retry gets the same result; ``PARAMETERS`` may
+force an outcome or a fault per phase (``{"fakesim": {"simulate": "crash_once"}}``). The seeding and
+every fault form: docs/design.md, "The local stack and the fake simulator".
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Nothing a stack starts outlives it: a watcher process per stack, and the ``/proc`` look-ups it uses.
 
-Each component of a :class:`avsim.devstack.stack.LocalStack` runs in a session of its own, so a Ctrl-C in the
-terminal reaches only the demo, which then stops them in order. The price is that nothing ends them
-when the process that started them dies any other way (``kill -9``, a test killed by its timeout).
-The watcher closes that gap: a small process in a session of its own, started by the stack's owner,
-reading a pipe whose write end only the owner holds. The owner tells it, one line each, what to end
-(``session SID SIGNAL``, ``mark NAME=VALUE``, ``remove PATH``); the pipe reaches end-of-file when
-the owner closes it or dies, however it dies. The watcher then sends each session its stop signal,
-waits up to :data:`GRACE_SECONDS` for every member of those sessions and every process started with
-one of the marks in its environment to exit, kills what is left with SIGKILL, removes the paths,
-and exits.
-
-Sessions catch the grandchildren (LocalExecutor workers, task supervisors and task processes, which
-Airflow puts in process groups of their own but never in new sessions, and whose retitled command
-lines hide their environment); the environment mark catches what left its session (a phase
-process, a CLI call that was running). Linux only: elsewhere the look-ups find nothing and only the
-process groups are signalled.
+The stack's owner tells the watcher, through a pipe only the owner writes to, which sessions,
+environment marks and paths to end; when the pipe closes (the owner stopped or died, however it died),
+the watcher signals the sessions, waits up to :data:`GRACE_SECONDS`, kills what is left with SIGKILL and
+removes the paths. Linux only. Why sessions and marks: docs/design.md, "The local stack and the fake
+simulator".
 """
 
 from __future__ import annotations

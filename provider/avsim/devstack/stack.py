@@ -1,14 +1,9 @@
 """A real Airflow deployment on this machine: the processes the demo, the tests and the benches start.
 
-:class:`LocalStack` prepares an Airflow home (config through ``AIRFLOW__*`` environment
-variables, so nothing global is touched), migrates the metadata database and runs the
-real components: scheduler, dag-processor, triggerer and api-server. Every process it
-starts is in a session of its own and is stopped by :meth:`LocalStack.stop`.
-
-A stack claims its home first (:meth:`LocalStack.claim`): a lock on ``stack.lock`` in the home, so
-two stacks never run on one home (and its database), and a watcher process
-(:mod:`avsim.devstack.procwatch`) that ends every process of the stack, grandchildren included, when the
-stack is stopped or when the process that started it dies without stopping it.
+:class:`LocalStack` configures an Airflow home through ``AIRFLOW__*`` variables, migrates its database
+and runs the scheduler, dag-processor, triggerer and api-server, each in a session of its own, stopped
+by :meth:`LocalStack.stop`. :meth:`LocalStack.claim` first locks the home (``stack.lock``) and starts a
+watcher (:mod:`avsim.devstack.procwatch`) that ends every process of the stack if its owner dies.
 """
 
 from __future__ import annotations
@@ -61,7 +56,7 @@ def read_holder(lock_path: Path) -> dict[str, Any]:
 def owner_still_holds(holder: Mapping[str, Any]) -> bool:
     """True when the owner named in ``holder`` is alive and still the parent of its watcher.
 
-    (A dead owner's pid may be reused; its watcher, re-parented, no longer names it.)
+    (A dead owner's pid may be reused; its watcher, re-parented, does not name it.)
     """
     owner, watcher = holder.get("owner"), holder.get("watcher")
     if not isinstance(owner, int) or not isinstance(watcher, int):
