@@ -1,18 +1,10 @@
 """The circuit breaker of a simulator build: stop spending compute on a build that crashes.
 
-One document per build, keyed by its image digest, at ``<artifact root>/breakers/<digest>.json``
-(:func:`avsim.artifacts.breaker_uri`), shared by every run and every worker of that build and
-updated with compare-and-swap (:mod:`avsim.ledger.documents`).
-
-The window holds the last ``window`` *finished first attempts* of phases of the build (attempt 1
-of each case and phase; retries are left out, so one flaky node does not count twice, and so are
-preemptions, which are not the build's fault). An attempt is a failure when it is evidence of a
-bad build (:attr:`avsim.phases.contract.Outcome.counts_against_build`: a crash, an OOM, a lost
-heartbeat, an image that does not pull); a failed scenario is a result, not a failure of the
-build. Once ``min_finished`` attempts are in the window and the failed share passes
-``max_failure_ratio``, the breaker opens: from then on phases of that build that have not started
-fail fast without launching anything, and the weekly run starts no new shard run. It stays open
-until ``avsim breaker reset DIGEST``; a new build has its own (closed) breaker.
+One compare-and-swap document per build, keyed by image digest (:func:`avsim.artifacts.breaker_uri`)
+and shared by every run and worker: a window over finished first attempts (preemptions left out), where
+an attempt that counts against the build (:attr:`~avsim.phases.contract.Outcome.counts_against_build`)
+is a failure. Past ``max_failure_ratio`` with ``min_finished`` attempts it opens, until
+``avsim breaker reset DIGEST``. docs/design.md, "A bad build".
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Reusing committed phase outputs: cheap reruns that do not recompute what is already known.
 
-A phase's result is a function of what it ran (the build's image digest, its command and
-arguments), what it read (the scenario and its version, the case's parameters and seed) and
-the outputs of its upstream phases. :func:`cache_key` hashes exactly that, with the upstream
-phases' own cache keys standing for their outputs, so a key names one result however many runs
-compute it. When a phase commits a result (passed or scenario_failed), the entry
-``<artifact root>/cache/<key>.json`` points at its committed output; a later attempt with the
-same key (a rerun of the failed cases, the same pins) commits that output instead of launching.
-
-Outputs are attempt-scoped and never overwritten (:mod:`avsim.ledger.store`), so an entry
-stays valid for as long as the run it points into is kept. Bump :data:`CACHE_VERSION` when a
-change makes old results unusable.
+:func:`cache_key` hashes what a phase ran, what it read and its upstream phases' keys. A committed
+result (passed or scenario_failed) is recorded at ``cache/<key>.json``, and a later attempt with the
+same key commits that output instead of launching. Outputs are attempt-scoped and never overwritten, so
+an entry holds while its run is kept. Bump :data:`CACHE_VERSION` when a change makes earlier results
+unusable. docs/design.md, "Artifacts and reproducibility".
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """Small JSON documents in the artifact store, written with compare-and-swap.
 
-The ledger's rules (commit once, only the current attempt commits, a breaker's sliding window
-shared by every worker) need writes that cannot race. Two writers of one document must never
-both believe they won, whichever machines they run on. :class:`DocumentStore` gives three
-operations over ObjectStoragePath URIs:
-
-* :meth:`~DocumentStore.read` a document (``None`` when absent);
-* :meth:`~DocumentStore.create` it only if absent (``False`` when someone else did first);
-* :meth:`~DocumentStore.update` it with a function of its current value, retried until no other
-  writer changed it in between (optimistic concurrency);
-
-and :meth:`~DocumentStore.list` the documents of a folder. Reads and listings on ``s3://`` ask S3
-each time: fsspec's s3fs caches a folder's listing with each object's ETag and opens a file
-against the cached ETag, so a document another writer (or this process) replaced since fails with
-``FileExpired``. Ledger documents change under their readers by design.
-
-Backends: ``file://`` takes an exclusive ``flock`` on a lock file next to the document (one
-machine: the only place ``file://`` is shared); ``s3://`` uses S3 conditional writes
-(``If-None-Match: *`` to create, ``If-Match: <ETag>`` to replace), through the Airflow
-connection named in the URI (``s3://conn@bucket/key``) or ``aws_default``.
+:class:`DocumentStore` reads, creates only if absent, updates with a function of the current value
+(retried until no other writer got in between) and lists, over ObjectStoragePath URIs: ``file://`` with
+an ``flock`` next to the document, ``s3://`` with conditional writes (``If-None-Match``, ``If-Match``)
+through the URI's connection or ``aws_default``; S3 reads bypass s3fs's listing cache.
+docs/design.md, "Where state lives" and "Run ids and the artifact layout".
 """
 
 from __future__ import annotations

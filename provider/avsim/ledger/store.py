@@ -1,27 +1,10 @@
 """The ledger in the artifact store (through ObjectStoragePath), and shard summaries built from it.
 
-Layout (see :mod:`avsim.artifacts`): one record per attempt at ``ledger/attempts/<case>/<phase>/<n>.json``,
-the current attempt of a (case, phase) at ``ledger/current/<case>/<phase>.json``, its committed outcome at
-``ledger/outcomes/<case>/<phase>.json``, a shard's summary at ``ledger/shards/<k>/result.json``,
-the repairs in place of failed shard runs at ``ledger/repairs/<k>-<parent try>.json``.
-
-Rules, enforced with compare-and-swap writes (:mod:`avsim.ledger.documents`), so they hold whichever
-machines the writers run on:
-
-* **Attempts are claimed** (:meth:`Ledger.claim_attempt`): the next number of the (case, phase), so two
-  tries never share an attempt and its attempt-scoped output prefix.
-* **Only the current attempt commits**: a report from an attempt that is no longer the claimed one (an
-  abandoned attempt: its worker was given up on, its pod deleted) is ignored and logged.
-* **Only the attempt that still owns its phase records its end** (:meth:`Ledger.end_attempt`, fenced by
-  :func:`avsim.ledger.records.standing` in a compare-and-swap of the attempt's record): a stale or
-  duplicate report is refused before it is recorded, counted in the metrics or fed to the breaker.
-* **The first committed result wins**: once an attempt committed a result (passed or scenario_failed),
-  no other attempt replaces it; a duplicate report of the same attempt changes nothing. A committed
-  failure (infrastructure, preemption, bad input, bad build) is replaced by a later attempt's outcome:
-  that is a rerun after an engineer cleared the task.
-* **A run-level phase's result is a view of the run** (the weekly summary reads every shard's
-  summary): a repair changes its inputs, so a later attempt's result replaces it
-  (:func:`is_run_level`), and no reader keeps it as final.
+:class:`Ledger` claims attempts, records an attempt's end only while it owns its phase
+(:func:`avsim.ledger.records.standing`) and commits one outcome per (case, phase): the first result
+wins, a committed failure yields to a later attempt, and so does a run-level phase's result
+(:func:`is_run_level`). Every write is compare-and-swap (:mod:`avsim.ledger.documents`). The rules:
+docs/design.md, "Where state lives"; the paths: "Run ids and the artifact layout".
 """
 
 from __future__ import annotations
