@@ -1,16 +1,10 @@
 """Everything avsim takes from Airflow beyond its public task SDK, in one place.
 
-The pages read Airflow's metadata database (task instances, DAG runs, XComs) with SQL; the metrics
-emit through Airflow's stats module, whose backend lives in a private package; the Kubernetes phase
-operator hands the cncf provider's private kube config to its trigger; a trigger's XComs come back
-encoded once more than a task's (:func:`pulled_xcom`). None of these is a stable
-API, so each is reached through a function here, and :data:`RELIED_ON` lists the tables' columns
-the SQL uses. ``tests/unit/test_airflow_internals.py`` checks every one of them against the
-installed Airflow: an upgrade that moves or renames one fails that test, and this file is the one
-to change. ``tests/unit/test_private_members.py`` reads avsim's source and fails on a private member
-of Airflow, a provider or the Kubernetes client touched anywhere else, and on a private name touched
-here that no ``test_airflow_internals*.py`` names. Imports happen inside the functions (this module
-is imported by light modules).
+The metadata tables the pages query (:data:`RELIED_ON` lists the columns the SQL uses), the stats
+module's private backend, the cncf provider's private kube config, a trigger's XComs encoded once more
+than a task's (:func:`pulled_xcom`): each is reached through a function here, checked against the
+installed Airflow by ``tests/unit/test_airflow_internals.py``. Imports happen inside the functions.
+docs/design.md, "What tasks hand each other".
 """
 
 from __future__ import annotations

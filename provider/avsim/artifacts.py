@@ -1,37 +1,9 @@
 """Run ids and where a run's artifacts live in the artifact store.
 
-A low module: it imports nothing from avsim and never touches storage, so every layer (the DAG
-builders, the operators, the deadline tracker, the pages, the command line) names runs and finds
-their files the same way.
-
-**Run ids.** A weekly (or ad-hoc) run of DAG ``D`` with run id ``R`` starts its shard runs in DAG
-``D_shard`` (:func:`shard_dag_id`) as ``R__shard_<k>`` (:func:`shard_run_id`, k from 1) and its
-canary as ``R__canary`` (:func:`canary_run_id`), its triage reruns as ``R__triage_<label>``
-(:func:`triage_run_id`); :func:`parent_run` goes back from a shard run to its
-run. The run's artifacts are under its *run key*, ``D__R`` made safe as an object key
-(:func:`run_key_for`), which its shard runs share.
-
-**Layout.** Everything a run leaves behind is under one prefix, ``<artifact_root>/runs/<run_key>/``:
-
-``manifest/``               the immutable manifest snapshot (``manifest.json``, ``head.json``, ``sha256``)
-``manifest/shards/<k>.json``  the cases of shard k
-``cases/<case>/<phase>/attempt-<n>/``   what one attempt of a phase wrote (attempt-scoped)
-``checkpoints/<case>/<phase>/``         checkpoints a phase resumes from, shared by its attempts
-``ledger/attempts/<case>/<phase>/<n>.json``  one record per attempt
-``ledger/outcomes/<case>/<phase>.json``      the committed outcome of a (case, phase)
-``ledger/shards/<k>/result.json``            a shard's summary of its cases' outcomes
-``report/``                 the weekly report (``report.json``, ``report.html``, ``cases.csv``, plots)
-``canary/gate.json``        the canary gate's decision
-``deadline/latest.json``    the deadline tracker's newest finish estimate (``deadline/history/`` keeps all)
-
-Outside any run, under the root:
-
-``breakers/<digest>.json``  the circuit breaker of one simulator build (keyed by image digest)
-``cache/<key>.json``        a committed phase output reusable by a rerun with the same cache key
-``weeks/<iso week>.json``   the weekly run of an ISO week (the report compares with the week before)
-
-The root is an ObjectStoragePath URI (``file:///...`` by default, ``s3://conn@bucket/prefix``
-in production); this module only builds URIs and never touches storage.
+Shard, canary and triage run ids (:func:`shard_run_id`, :func:`canary_run_id`, :func:`triage_run_id`,
+and back: :func:`parent_run`), the run key (:func:`run_key_for`) and every URI under the artifact root.
+It imports nothing from avsim and never touches storage, so every layer names runs and finds their
+files the same way. The layout: docs/design.md, "Run ids and the artifact layout".
 """
 
 from __future__ import annotations

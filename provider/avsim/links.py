@@ -1,22 +1,9 @@
 """The extra link of a phase task instance: its artifacts, in the avsim app.
 
 The phase operators declare it (``operator_extra_links = PHASE_LINKS``) and the plugin registers it,
-so it sits below both and below the pages: it imports nothing of ``avsim.ui`` (docs/design.md,
-"Layers"), only the URL paths (``avsim.urls``) the pages use too.
-
-Its case's page is the plugin's *avsim case* tab of every task instance (``avsim.plugin``): a tab
-costs nothing per task, while Airflow stores each extra link as an XCom when a try ends (one
-execution-API call and one XCom row per link and phase execution, 50,000 a week), so a link that
-opened the same page as the tab was dropped.
-
-Airflow 3 evaluates ``get_link`` in the worker when the task instance ends (whatever its state)
-and stores the URL as an XCom (``_link_<class name>``); the UI reads that XCom. A serialized DAG
-keeps only the link's name and that XCom key, never this module's path, so the class name is what
-must not change. A link is computed from the operator as it ran: its rendered ``run``
-(``run_key``) and ``case`` (``case_id``) and its ``phase``. No other XCom is needed.
-
-The URL is a path on the API server that serves the UI (under ``[api] base_url``'s path, if any),
-so it opens in the same deployment whatever its host name.
+so it imports nothing of ``avsim.ui``, only the URL paths (``avsim.urls``). Airflow stores its URL as
+an XCom keyed by the class name, which therefore must not change. Why one link, and how Airflow
+evaluates it: docs/design.md, "The avsim pages".
 """
 
 from __future__ import annotations

@@ -1,36 +1,9 @@
 """avsim's metrics, emitted through Airflow's metrics layer (StatsD, Datadog or OpenTelemetry).
 
-Whatever ``[metrics]`` configures (``statsd_on``, ``statsd_datadog_enabled``, ``otel_on``) is where
-these go; with metrics off every call is a no-op. Each call emits two series, as Airflow does
-for its own metrics:
-
-- a *tagged* name (``avsim.phase.outcome``) with its dimensions as tags, for backends that
-  keep tags (Datadog, InfluxDB-style StatsD tags, OpenTelemetry attributes);
-- a *dotted* name with the low-cardinality dimensions in the name, in a fixed order
-  (``avsim.phase.outcome.<phase>.<outcome>.<resource_class>.<node_class>``), for plain
-  StatsD, which drops tags. High-cardinality values (build ids, digests) are tags only.
-
-Names (before ``[metrics] statsd_prefix``), all stable:
-
-==========================  =======  ==========================================================
-name                        type     dimensions (tags; dotted-name segments in this order)
-==========================  =======  ==========================================================
-avsim.phase.outcome         counter  phase, outcome, resource_class, node_class
-avsim.gpu_seconds           counter  phase, node_class (value: GPU-seconds, GPUs x wall seconds)
-avsim.preemption            counter  phase, node_class
-avsim.breaker.trip          counter  build_id, digest (tags only)
-avsim.canary.decision       counter  result (passed|failed); build_id (tag only)
-avsim.deadline.seconds_late gauge    (none): finish estimate minus deadline, negative = early
-avsim.capacity.gpus_needed  gauge    (none): GPUs the deadline needs
-avsim.triage.verdict        counter  verdict (regression|flaky|environment|not_triaged)
-==========================  =======  ==========================================================
-
-No function here ever raises: a metric must never fail the task, trigger or request that emits it.
-
-Which stats object: a task process has the task SDK's (initialized by the task runner), the
-scheduler, triggerer, dag-processor and API server have the core one (initialized by each
-component). :func:`_stats` takes the SDK's when it is initialized, else the core one when it is,
-else initializes the SDK's from ``[metrics]`` (a plain process such as the ``avsim`` command).
+Each call emits a tagged name and a dotted one, as Airflow does, and no function here ever raises (a
+metric never fails the task, trigger or request that emits it). :func:`_stats` takes the task SDK's
+stats object when it is initialized, else the core one, else initializes the SDK's from ``[metrics]``.
+The names, their types and dimensions: docs/operations.md, "Metrics".
 """
 
 from __future__ import annotations

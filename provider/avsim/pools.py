@@ -1,23 +1,9 @@
 """The Airflow pools of avsim, from a capacity file: ``avsim pools sync CAPACITY_FILE``.
 
-A capacity file says what the cluster offers the weekly run, one entry per pool::
-
-    apiVersion: avsim/v1
-    kind: Capacity
-    gpu_spot: {gpus: 240}        # [avsim] gpu_spot_pool: one slot per GPU
-    gpu_on_demand: {gpus: 40}    # [avsim] gpu_on_demand_pool: one slot per GPU
-    cpu: {slots: 400}            # [avsim] cpu_pool: one slot per CPU phase
-
-Pool names come from ``[avsim]``; a GPU phase takes as many slots as it has GPUs (the plan
-sets ``pool_slots``), so a GPU pool's slots are GPUs.
-
-Every pool is written with ``include_deferred = true``. A phase whose task is deferred (a pod
-watched from the triggerer) still holds its node's GPU or CPUs; with ``include_deferred`` false
-Airflow would count that slot as free and start more GPU phases than there are GPUs (pods
-left pending in the cluster). It also keeps the scheduler fair between pools: a GPU pool whose
-GPUs are all busy, deferred or not, counts as full, and the scheduler's query then leaves its
-waiting phases out and reaches the CPU phases behind them (see ``docs/operations.md``,
-"Meeting the deadline", and ``tests/integration/test_pool_starvation.py``).
+A capacity file (``apiVersion: avsim/v1``, ``kind: Capacity``) gives ``gpu_spot: {gpus: N}``,
+``gpu_on_demand: {gpus: N}`` and ``cpu: {slots: N}``; pool names come from ``[avsim]``, and a GPU phase
+takes as many slots as it has GPUs. Every pool has ``include_deferred = true``: a deferred phase still
+holds its GPU (docs/operations.md, "Meeting the deadline: details").
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Rerun only the failed cases of a run, cheaply and reproducibly (``avsim rerun-failed``).
 
-The rerun is a new weekly run over a manifest cut from the original run's immutable snapshot:
-only the cases whose outcome is not a result (an infrastructure failure, a preemption beyond its
-budget, a bad build, bad input, or a case that never ran), with every pin unchanged: the same
-image digest, seeds, scenario versions, parameters and phase specs. Its phases compute the same
-cache keys as the original's, so every phase that committed a result before (a prepare, a simulate
-that passed before the evaluate crashed) reuses it instead of launching (:mod:`avsim.ledger.cache`);
-only what failed, and what depends on it, runs again. ``--build`` names a new build explicitly
-(image by digest): then the keys change and everything recomputes, and the manifest says so
-(``run.rerun_of``, the build in ``run.build``), as does the report.
+The rerun is a new weekly run over a manifest cut from the run's snapshot: the cases whose outcome is
+not a result, with the same pins (image digest, seeds, scenario versions, parameters, phase specs), so
+every phase that committed a result before reuses it through its cache key. ``--build`` names a new
+build (by digest): everything recomputes, and the manifest and the report say so.
+docs/design.md, "Artifacts and reproducibility".
 """
 
 from __future__ import annotations

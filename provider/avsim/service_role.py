@@ -1,28 +1,9 @@
 """The least-privilege role of the account avsim's own REST calls log in as (FAB auth manager).
 
-avsim calls Airflow's public REST API itself in three places, all through
-:class:`avsim.hooks.airflow_api.AirflowApiHook` and an Airflow connection holding the account's
-login and password (``[avsim] airflow_api_conn_id``, ``[avsim] deadline_api_conn_id``):
-
-========================  ==========================================================  =======================================
-caller                    call                                                        FAB permissions it needs
-========================  ==========================================================  =======================================
-weekly-run repair         ``POST /api/v2/dags/{shard DAG}/clearTaskInstances``,        can edit on ``DAG:<dag>``, DAG Runs and
-(a cleared ``shards``     then the weekly run's ``report`` (``GET`` its task           Task Instances; can read on the same
-task, operators/shard)    instance, ``POST clearTaskInstances`` on the weekly DAG)     for the ``GET``
-deadline tracker          ``GET /api/v2/pools/{name}`` (both GPU pools' slots)         can read on Pools
-pool scaling              ``PATCH /api/v2/pools/{name}?update_mask=slots``             can edit on Pools
-========================  ==========================================================  =======================================
-
-(Airflow 3.3's FAB auth manager checks a task-instance call against both DAG Runs and Task
-Instances, and against the DAG itself: ``fab_auth_manager.is_authorized_dag``.) Nothing else: no
-other DAG, no connections, variables, users or the UI's pages. ``avsim service-role sync`` writes
-exactly :func:`service_permissions` into the role (adding what is missing and taking away anything
-else), and ``tests/integration/test_distributed.py`` checks on a real API server that each of
-these permissions is needed by one of the calls.
-
-Pure functions here; :func:`sync_role` is the only one that touches Airflow (the FAB security
-manager, imported when it runs).
+avsim calls Airflow's REST API itself for a shard run's repair, the deadline tracker's pool reads and its
+pool scaling, through :class:`avsim.hooks.airflow_api.AirflowApiHook`; ``avsim service-role sync``
+writes exactly :func:`service_permissions` into the role. Pure functions here; only :func:`sync_role`
+touches Airflow. The calls and the permissions each needs: docs/deployment.md, "avsim's service account".
 """
 
 from __future__ import annotations

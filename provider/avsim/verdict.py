@@ -1,16 +1,9 @@
 """Which endings need an engineer, and the one-line verdicts of a shard run and of a week.
 
-A case ends in one class (:class:`avsim.phases.contract.Outcome`). Passed cases and failed
-scenarios are the regression run's *results*: they never turn anything red. Every other ending
-needs attention: infrastructure failures after their budget, preemptions beyond both budgets, bad
-input, a bad build or an open breaker, and a phase that never ran because of one of them.
-
-- A **shard run** fails (its ``summarize`` task, after writing the summary) when one of its cases
-  needs attention; the parent's ``shards`` map index of that shard fails with the same line.
-- A **week** fails (its ``report`` task, after writing the report) when a case needs attention or
-  cases never started (the canary gate or the breaker stopped the week).
-
-Pure functions of the shard summaries (:class:`avsim.contracts.week.ShardSummary`): no Airflow here.
+Passed cases and failed scenarios are results and never turn anything red; every other ending needs
+attention. A shard run fails (its ``summarize``, after writing the summary) when a case needs attention,
+and the parent's ``shards`` map index with it; a week fails (its ``report``, after writing the report)
+when a case needs attention or cases never started. Pure functions of the shard summaries: no Airflow.
 """
 
 from __future__ import annotations
