@@ -1,23 +1,10 @@
 """A phase's heartbeat: how a running phase tells avsim it is still making progress.
 
-The phase calls :meth:`Heartbeat.beat` from its work loop (as often as it likes: beats are
-rate-limited to ``AVSIM_HEARTBEAT_SECONDS``). A phase that stops beating for longer than its
-lease (``lease_seconds`` in the manifest) is ended as ``lease_expired``, an infrastructure
-failure that is retried: a hung simulator does not hold a GPU for the rest of its timeout.
-
-Where the beat goes depends on the backend, told by the environment:
-
-* Kubernetes (``AVSIM_LEASE_NAME``, ``AVSIM_LEASE_NAMESPACE``): a ``coordination.k8s.io/v1``
-  Lease per attempt whose ``spec.renewTime`` is renewed with one merge-patch per beat, using the
-  pod's service account (in-cluster: ``KUBERNETES_SERVICE_HOST``/``_PORT`` and the mounted token
-  and CA). ``AVSIM_KUBE_API_URL`` and ``AVSIM_KUBE_TOKEN`` override the address and token (the
-  loopback test API sets them). One shared watch on Leases lets the triggerer see every phase's
-  heartbeat without polling per phase.
-* Local (``AVSIM_HEARTBEAT_FILE``): the file's modification time, watched by the worker that
-  runs the process.
-
-This module uses only the standard library: it runs inside the simulator's container, which
-has no Airflow and no Kubernetes client.
+The phase calls :meth:`Heartbeat.beat` from its work loop (rate-limited to ``AVSIM_HEARTBEAT_SECONDS``).
+The environment tells where it goes: a Kubernetes Lease renewed by merge-patch (``AVSIM_LEASE_NAME``;
+``AVSIM_KUBE_API_URL`` and ``AVSIM_KUBE_TOKEN`` override the in-cluster address and token) or a local
+file's modification time (``AVSIM_HEARTBEAT_FILE``). Standard library only: it runs in the simulator's
+container. The contract: docs/writing-a-phase.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """The failure policy: what avsim does when a phase attempt ends, decided in one place.
 
-One pure function, :func:`decide`, takes the attempts the phase task already made in its current
-round of tries (a clear starts a new round), how the new attempt ended, the phase's retry rules and
-the task's role, and returns a :class:`Decision`: commit a result, fail fast, retry after a delay,
-give up (a budget is used up) or hand a GPU phase over to its on-demand twin. :func:`admit` makes
-the same judgement before a launch (lost workers' attempts may already have used the budget).
-
-The decision names the exception kind (:class:`Failure`) the phase task raises; the table from
-kind to exception class is :data:`avsim.operators.exceptions.FAILURE_EXCEPTIONS`. The phase
-operators (both backends) act on decisions, the capacity planner simulates retries with them, and
-the reports describe the classes with them. Nothing here imports Airflow.
-
-=====================  ========================================================================
-role                   budgets of one phase task (``retry`` is the phase's :class:`RetryRules`)
-=====================  ========================================================================
-``regular``            ``infrastructure`` failures, ``preemption`` preemptions
-``spot``               ``infrastructure`` failures; at ``on_demand_after_preemptions``
-                       preemptions the phase is handed over to its on-demand twin
-``on_demand``          ``infrastructure`` failures, the preemptions left
-                       (``preemption - on_demand_after_preemptions``)
-=====================  ========================================================================
-
-An attempt of class ``c`` that leaves the task with more failures of ``c`` than its budget ends
-the phase (``exhausted``); so does the task's last Airflow try, whatever the budgets say.
+:func:`decide` takes the task's attempts in its current round, how the new one ended, the phase's retry
+rules and the task's role, and returns a :class:`Decision` (commit, fail fast, retry, give up or hand
+over to the on-demand twin) naming the :class:`Failure` kind to raise; :func:`admit` judges the same
+before a launch. Nothing here imports Airflow. docs/design.md, "One failure policy" and "Retry classes
+and budgets" (the budgets of each role).
 """
 
 from __future__ import annotations
