@@ -1,16 +1,9 @@
 """The weekly report: one JSON document built from the shard summaries, written with its files.
 
-:func:`build_report` is a pure function of the run's head (``head.json`` of the manifest snapshot),
-the shard summaries (:class:`avsim.contracts.week.ShardSummary`) and the run-level phases' outcomes;
-it includes one row per case (``cases``). :func:`write_report` completes it with what needs the
-artifact store (each case's scenario, the comparison with the previous week) and writes, under the
-run's ``report/`` prefix: ``cases.csv`` (the rows), the plots (``progress.svg``, ``durations.svg``,
-``failures.svg``), ``report.html`` and, last, ``report.json`` (everything but the rows).
-
-A rerun (``avsim rerun-failed``: the head's ``run.rerun_of`` names the run it reruns) gets a
-``rerun`` section: which run, whether its build is that run's pinned build or a new one, and how
-its cases ended against their outcome there (:mod:`avsim.report.rerun`); other runs have
-``rerun: null``.
+:func:`build_report` is a pure function of the run's head, the shard summaries and the run-level phases'
+outcomes, with one row per case; :func:`write_report` adds what needs the store (scenarios, the previous
+week) and writes under ``report/``: ``cases.csv``, the plots, ``report.html`` and, last, ``report.json``.
+A rerun's report has a ``rerun`` section (:mod:`avsim.report.rerun`); other runs have ``rerun: null``.
 """
 
 from __future__ import annotations

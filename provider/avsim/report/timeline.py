@@ -1,20 +1,10 @@
 """Progress over time, from the ledger: cases finished against the planned pace, and GPUs busy.
 
-Pure functions over frozen values (:func:`build_timeline`), fed by the ledger's attempt records
-(``ledger/attempts/<case>/<phase>/<n>.json``: start, end, GPUs) and the shard summaries (which
-cases are finished); the weekly report (:mod:`avsim.report.plots`) and the avsim page
-(:mod:`avsim.ui.timeline`) only draw the result.
-
-Definitions, as the report and the page state them:
-
-- **a case finished** when its shard run summarized it (its summary in ``ledger/shards/``), at the
-  end of its last attempt. Cases of shard runs still running are not counted yet: the curve
-  catches up, with each case at its own time, when their shard summarizes.
-- **planned pace**: a straight line from the run's start (its first attempt) at 0 cases to every
-  planned case (``plan.json``'s ``cases``) at the manifest's deadline: the steady pace that just
-  meets the deadline. Above it the week is ahead; below it, behind.
-- **GPUs busy**: the sum of the GPUs of the attempts running at each moment (an attempt still
-  running counts up to ``now``), sampled as the peak of each interval of the series.
+Pure functions over frozen values (:func:`build_timeline`), fed by the ledger's attempt records and the
+shard summaries; the weekly report (:mod:`avsim.report.plots`) and the avsim page
+(:mod:`avsim.ui.timeline`) only draw the result. A case is finished when its shard run summarized it;
+the planned pace runs from the run's first attempt to every planned case at the deadline; GPUs busy is
+each interval's peak. docs/operations.md, "Watch it".
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """What :func:`avsim.report.timeline.build_timeline` needs, read from a run's artifact store.
 
-- the attempt records: every ``ledger/attempts/<case>/<phase>/<n>.json``, listed in one recursive
-  listing (on S3, one paginated LIST per 1,000 records) and read in parallel;
-- the finished cases: the case ids of the shard summaries (``ledger/shards/<k>/result.json``);
-- the plan: ``manifest/plan.json``'s ``cases`` and ``deadline``.
-
-:class:`SpanCache` keeps the records already read as ended (an ended record never changes; a
-started one is read again until it ends), so the avsim page re-reads only what is new.
+The attempt records (one recursive listing, read in parallel), the finished cases (the shard summaries'
+case ids) and the plan (``manifest/plan.json``'s ``cases`` and ``deadline``). :class:`SpanCache` keeps
+the records read as ended (they never change), so the avsim page re-reads only what is new.
 """
 
 from __future__ import annotations
