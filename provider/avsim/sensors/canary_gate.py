@@ -1,18 +1,9 @@
 """The canary gate: the sensor that releases the rest of the week only if the canary looks healthy.
 
-It runs in the weekly run beside the canary shard run and waits, deferred, on
-:class:`avsim.triggers.canary.CanaryGateTrigger`. It succeeds when the canary finished with its
-crash and bad-build rate at most the manifest's ``run.canary.max_failure_rate``; the week's shard
-runs start after it. It fails (no retry) as soon as the rate passes the threshold, with a message
-that names the build and the failure counts; its trigger has already opened the build's circuit
-breaker when it decided, so the canary's own retries fail fast as ``bad_build`` and the rest of the
-week never starts. A week without a
-canary stage (too small) passes at once.
-
-A gate cleared to repair a stopped week (docs/operations.md, runbook 1) judges the canary's new
-round: when it starts, it works out when that round began (:func:`avsim.plan.canary.round_since`,
-from the canary shard run's state, the ``canary`` task's and the canary's last repair in place) and
-hands it to its trigger, which then takes a failure that ended before it as stale.
+Deferred on :class:`avsim.triggers.canary.CanaryGateTrigger`, it succeeds when the canary finished with
+its crash and bad-build rate within ``run.canary.max_failure_rate``, and fails (no retry, naming the
+build and the counts) as soon as the rate passes it. A gate cleared to repair a stopped week judges the
+canary's new round (:func:`avsim.plan.canary.round_since`). docs/design.md, "A bad build".
 """
 
 from __future__ import annotations
