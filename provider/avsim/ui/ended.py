@@ -1,15 +1,9 @@
-"""What the weekly-run page says about a week that has ended: why cases never started, and what
-its run-level phases did. Pure functions over the page's documents; :mod:`avsim.ui.week` calls them.
+"""What the weekly-run page says about a week that has ended; :mod:`avsim.ui.week` calls it.
 
-- A week whose run ended with cases that never started was **stopped**: by the canary gate (its
-  decision failed), by the build's open breaker, or by whatever ended the run. Those cases are
-  *not started*, never *waiting*: nothing starts them until an engineer acts (docs/operations.md).
-- An ended run makes no pace or finish claim: the deadline tracker's last estimate was made while
-  it ran, and nothing will finish now.
-- A **run-level phase** (the weekly summary) summarises the week, whatever became of its cases; it
-  is not a case of the build. A stopped week's summary runs and reports the stopped week. One that
-  the breaker refused (before issue 31 the breaker refused every phase of an open build) did not
-  run: the page says so, neutrally, and never shows it as the bad build's ``bad_build`` victim.
+Pure functions over the page's documents. Cases that never started in an ended run were stopped (by the
+canary gate, the open breaker, or whatever ended the run): *not started*, never *waiting*. An ended run
+makes no pace or finish claim, and a run-level phase the breaker refused did not run (never shown as
+the bad build's ``bad_build`` victim). docs/design.md, "The avsim pages".
 """
 
 from __future__ import annotations
@@ -70,7 +64,7 @@ def run_phase_view(
     """
     state = next(iter(ti_states), None) if len(ti_states) == 1 else _worst(ti_states)
     base = {"phase": phase, "task_state": state}
-    if state in _ACTIVE:  # cleared or retried: an earlier round's record no longer says how it ends
+    if state in _ACTIVE:  # cleared or retried: an earlier round's record does not say how it ends
         return {**base, "outcome": None, "shown": "running", "attention": False, "text": "running"}
     if record is not None and record.detail == Detail.BREAKER_OPEN:
         return {

@@ -1,12 +1,9 @@
 """A run's artifact files, served by the avsim app: any path under ``runs/<run key>/``, nothing else.
 
-Paths are checked segment by segment before anything touches storage: no ``..`` or ``.``, no
-empty segment, no backslash or NUL, and the run key must be one object-key segment as
-:func:`avsim.artifacts.safe_key` makes them. On a local artifact root the resolved path (symbolic
-links followed) must also stay under the run's folder.
-
-What is served is inert in the browser: artifacts are written by simulations, so every response
-carries a sandboxing Content-Security-Policy (no script runs, no form posts) and ``nosniff``.
+Paths are checked segment by segment before anything touches storage (no ``..``, ``.``, empty segment,
+backslash or NUL; the run key one segment as :func:`avsim.artifacts.safe_key` makes it), and a local
+path must resolve under the run's folder. Every response carries a sandboxing Content-Security-Policy
+and ``nosniff``: simulations write the artifacts (docs/security.md, "The Airflow API and the avsim page").
 """
 
 from __future__ import annotations

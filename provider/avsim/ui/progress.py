@@ -1,20 +1,10 @@
 """A weekly run's progress from the Airflow metadata database, aggregated in SQL.
 
-The week's phases are the mapped task instances (``map_index >= 0``) of its shard runs
-(``<run id>__shard_<k>`` and ``<run id>__canary`` of ``<dag id>_shard``): task id
-``<family>.<phase>``, one map index per case, ``rendered_map_index`` the case id. A GPU phase has
-two tasks, the spot task and its on-demand twin ``<family>.<phase>_on_demand`` (one of them ends
-skipped); the page counts the *phase of a case*, whichever of its tasks did the work.
-
-A phase's outcome class comes from the task instance's state and its XComs: the phase operator's
-return value (``{"outcome": ...}``, pushed when the phase produced output) and ``avsim_outcome``
-(pushed on every ended attempt, also a failed one). A failed task instance without either is
-counted as ``failed`` (class not recorded) and its class is looked up in the ledger when listed.
-
-Every query groups by shard run, so a shard run's figures can be reused while it stays finished:
-:class:`DigestCache` keeps them keyed by the run's state, end date and clear count (what a clear
-or rerun changes), for at most :data:`CACHE_SECONDS`. Only active shard runs (at most
-``max_active_shards``) are aggregated on each request, so the cost does not grow with the week.
+The week's phases are the mapped task instances of its shard runs, one map index per case; a GPU
+phase's spot task and on-demand twin count as one phase of a case. A phase's class comes from the task
+instance's state and its XComs (else from the ledger, when listed). Every query groups by shard run, so
+:class:`DigestCache` keeps finished shard runs' figures and only active ones are aggregated per request.
+docs/design.md, "The avsim pages".
 """
 
 from __future__ import annotations
