@@ -1,12 +1,10 @@
 """``avsim demo``: a whole weekly run on this machine, on the real Airflow components.
 
-Prepares its own Airflow home (SQLite, LocalExecutor), writes a sample manifest, starts
-the scheduler, dag-processor, triggerer and api-server, triggers the weekly run, shows a
-progress bar of cases and phases, and prints where the report is and where the UI is.
-
-Ctrl-C, SIGTERM and SIGHUP all stop the stack in order; if the demo dies without stopping it
-(``kill -9``), the stack's watcher ends it (see :mod:`avsim.devstack.stack`). A stack still running on the
-home from an earlier demo is stopped before this one starts.
+Prepares its own Airflow home (SQLite, LocalExecutor), writes a sample manifest, starts the scheduler,
+dag-processor, triggerer and api-server, triggers the weekly run, shows a progress bar of cases and
+phases, and prints where the report and the UI are. Ctrl-C, SIGTERM and SIGHUP stop the stack in order;
+if the demo dies without stopping it, the stack's watcher ends it (:mod:`avsim.devstack.stack`). A
+stack still running on the home is stopped before this one starts.
 """
 
 from __future__ import annotations
