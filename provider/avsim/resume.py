@@ -1,7 +1,7 @@
 """When a trigger of avsim may fire: not before the scheduler has seen the deferring try end.
 
 Airflow 3.3's scheduler fails a task instance resumed before it processed the exit of the try that
-deferred (docs/design.md, "Resuming after a deferral"). A loop of its processes that exit after
+deferred (docs/design.md, "Every wait is bounded"). A loop of its processes that exit after
 scheduling, and its heartbeat, written at the end of a loop (at most every few seconds), dates the
 loop. So a trigger waits for the exit's report (:data:`EXIT_REPORT_SECONDS`), then for two scheduler
 heartbeats after it: the loop that began after the first has processed the exit by the second, however

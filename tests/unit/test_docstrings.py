@@ -7,11 +7,13 @@ docstring is shortened (the second test fails until then, so the list only shrin
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "provider" / "avsim"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "provider" / "avsim"
 MAX_LINES = 8
 
 _OWNED = "owned by another engineer now; shorten it with its package's work"
@@ -84,3 +86,28 @@ def test_an_allowed_module_is_still_over(name: str) -> None:
     n = _lengths().get(name)
     assert n is not None, f"{name} is gone: remove it from ALLOWED"
     assert n > MAX_LINES, f"{name}'s docstring has {n} lines now: remove it from ALLOWED"
+
+
+#: A pointer to the why: ``docs/<page>.md, "<section>"`` (the section's heading or bold lead-in starts so).
+_POINTER = re.compile(r'docs/([\w-]+\.md),? "([^"]+)"')
+
+
+def _sections(page: str) -> list[str]:
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    headings = [
+        re.sub(r"^\d+\.\s*", "", line.lstrip("#").strip())
+        for line in text.splitlines()
+        if line.startswith("#")
+    ]
+    return headings + re.findall(r"\*\*([^*]+)\*\*", text)
+
+
+def test_every_pointer_of_a_module_docstring_names_a_section_that_exists() -> None:
+    broken = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        doc = " ".join((ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").split())
+        for page, section in _POINTER.findall(doc):
+            exists = (ROOT / "docs" / page).is_file()
+            if not exists or not any(s.startswith(section) for s in _sections(page)):
+                broken.append(f"{path.relative_to(PACKAGE)}: docs/{page}, {section!r}")
+    assert not broken, f"module docstrings point to sections that do not exist: {broken}"
