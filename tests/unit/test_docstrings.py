@@ -27,9 +27,6 @@ ALLOWED: dict[str, str] = {
     "contracts/case.py": _TABLES,
     "contracts/pod.py": _TABLES,
     "contracts/week.py": _TABLES,
-    "dagbuild/preload.py": _OWNED,
-    "dagbuild/shard_dag.py": _OWNED,
-    "dagbuild/weekly.py": _OWNED,
     "hooks/airflow_api.py": _OWNED,
     "kube/pod_spec.py": _OWNED,
     "kube/pod_sweep.py": _OWNED,
@@ -41,15 +38,10 @@ ALLOWED: dict[str, str] = {
     "operators/retry.py": _OWNED,
     "plan/admission.py": _OWNED,
     "plan/admit.py": _OWNED,
-    "plan/canary.py": _OWNED,
-    "plan/week_counts.py": _OWNED,
     "planner/__init__.py": _OWNED,
     "planner/simulate.py": _OWNED,
-    "triggers/admission.py": _OWNED,
-    "triggers/canary.py": _OWNED,
     "triggers/phase_pod.py": _OWNED,
     "triggers/pod_watch.py": _OWNED,
-    "triggers/shard_run.py": _OWNED,
 }
 
 

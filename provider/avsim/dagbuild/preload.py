@@ -1,25 +1,10 @@
 """Import once, in the long-lived component, what every process it forks would import again.
 
-Airflow's LocalExecutor forks its workers from the scheduler when it starts, and each worker forks one
-task process per task instance; the dag-processor forks one process per DAG file it parses. A forked
-process has every module its parent had imported, for free. A phase task imports avsim's DAG builder
-(to parse the shard DAG file), the phase lifecycle and the ledger, and on the Kubernetes backend the
-``KubernetesPodOperator`` with both Kubernetes clients: about 0.1 CPU-second on the local backend and
-4 to 5 on the Kubernetes one, twice per phase there (the task is parsed again when it resumes from
-its deferral). The scheduler importing them once before it forks its workers removes that cost from
-every phase (``bench/phase_overhead.py`` measures it).
-
-The graph catalog is checked there too (:func:`check_catalog`): a phase task's parse reads the
-catalog file again, and reuses the checked catalog when the text is the same. Where phase tasks are
-forked, the providers' object-storage filesystems are registered as well (:func:`warm_filesystems`):
-a task reading ``s3://`` would otherwise import s3fs and its AWS clients itself.
-
-The avsim plugin registers this module as a listener: Airflow calls :func:`on_starting` when a job
-starts (before the scheduler starts its executors). Only a scheduler whose executor forks its task
-processes locally, a dag-processor, and a Celery worker (through :mod:`avsim.celery_config`, since no
-listener is called there) import anything; every other process (task processes, the
-API server, the triggerer, the CLI) is left as it is. A module that fails to import is logged and
-skipped: the warm-up saves time, it never decides anything.
+A scheduler whose executor forks its task processes, a dag-processor, and a Celery worker (through
+:mod:`avsim.celery_config`) import the DAG builder, the phase lifecycle, the ledger and the Kubernetes
+clients once, check the graph catalog (:func:`check_catalog`) and register the object-storage
+filesystems (:func:`warm_filesystems`); every other process is left as it is. A module that fails to
+import is logged and skipped (docs/design.md, "Importing once, before forking").
 """
 
 from __future__ import annotations

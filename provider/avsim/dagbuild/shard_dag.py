@@ -1,13 +1,10 @@
 """Plan -> the shard DAG: one mapped task group per graph family, one task per phase.
 
-``<prefix>_shard`` is triggered only by the parent weekly run (at most ``max_active_shards``
-runs at once): ``load_shard`` checks the conf, whose run descriptor the phases render
-(:data:`avsim.contracts.RUN_FROM_SHARD_CONF`); ``cases_<family>``
-hands each family group its cases; one mapped task group per family runs one task per phase
-per case; ``summarize`` writes the shard's summary to the ledger, whatever happened.
-
-It lives in its own module (and DAG file) so a phase task, which parses only its own DAG's
-file, does not import what the parent DAG needs.
+``<prefix>_shard`` is triggered only by the parent run: ``load_shard`` checks the conf, whose run
+descriptor the phases render (:data:`avsim.contracts.RUN_FROM_SHARD_CONF`); ``cases_<family>`` hands
+each family group its cases; ``summarize`` writes the shard's summary, whatever happened. It has its
+own module and DAG file, so a phase task parses only what its DAG needs
+(docs/design.md, "The shape of a week: a parent run feeding shard runs").
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Plan -> the parent weekly DAG, which feeds the shard DAG (:mod:`avsim.dagbuild.shard_dag`).
 
-``<prefix>`` (scheduled weekly): ``prepare`` snapshots the manifest, picks the canary and cuts
-the rest of the week into shards; ``canary`` runs the canary's shard run first, at the highest
-priority, while ``canary_gate`` (a deferrable sensor) watches its first attempts; when the gate
-passes, the mapped ``shard_runs`` group has one map index per shard run: ``shard_start`` admits and
-starts it (none once the build's circuit breaker is open), ``shards`` waits for it (deferred, no cap);
-the run-level phases and the ``report`` run after every shard.
-
-Only the plan (the graph catalog) shapes these DAGs; no case is read at parse time.
+``prepare`` snapshots the manifest and cuts the week into shard runs; ``canary`` and ``canary_gate``
+run and judge the canary first; the mapped ``shard_runs`` group (``shard_start`` admits and starts,
+``shards`` waits) runs the rest; ``close_week``, the run-level phases, ``triage_start`` and ``triage``,
+and ``report`` end the week. Only the plan shapes these DAGs; no case is read at parse time
+(docs/design.md, "The shape of a week: a parent run feeding shard runs").
 """
 
 from __future__ import annotations

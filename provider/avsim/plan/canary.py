@@ -1,23 +1,9 @@
 """The canary: the small share of a week's cases that runs first, to catch a bad build early.
 
-:func:`select_canary` picks the cases: ``max(min_cases, ceil(share x cases))``, spread over the
-graph families in proportion to their size (at least one case of each family while there are
-enough), each family's cases taken in an order fixed by a hash of their id, so the same manifest
-always gives the same canary. A week no larger than ``min_cases`` has no canary stage: the whole
-week is then as small as a canary and runs at once.
-
-:func:`gate_decision` is the canary gate's rule, on the canary's first attempts of the gate's
-round (:func:`attempt_evidence`): a canary case *failed* when one of its phases' first attempts is
-evidence of a bad build (a crash, an OOM, a lost heartbeat, an image that does not pull). The gate
-fails as soon as failed cases exceed ``max_failure_rate`` of the canary (it cannot recover below),
-and passes when the canary shard run has finished under the threshold.
-
-A round (:func:`round_since`): the first one takes every attempt. A week stopped by the gate is
-repaired by clearing it (docs/operations.md, runbook 1): the cleared ``canary`` task repairs the
-canary shard run in place, and its failed phases run again. The cleared gate then judges those new
-attempts, not the failures that stopped the week: a failure that ended before the round began is
-stale, and the phase's next attempt is its evidence; a result (passed, scenario_failed) stays, since
-nothing reruns it.
+:func:`select_canary` picks ``max(min_cases, ceil(share x cases))`` cases spread over the graph
+families, in an order fixed by a hash of their ids; :func:`gate_decision` is the gate's rule on the
+canary's first attempts of the gate's round (:func:`attempt_evidence`, :func:`round_since`)
+(docs/design.md, "A bad build").
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """A week's cases in flight, counted from Airflow for admission (:mod:`avsim.plan.admit`).
 
-Neither a worker nor the triggerer has database access in Airflow 3: task-instance states and counts
-come from the execution API through the process's supervisor (``RuntimeTaskInstance.get_task_states``
-and ``get_ti_count``, as the standard provider's ``WorkflowTrigger`` counts). :class:`ExecutionApiCounts`
-is that source (the deadline tracker counts through it too); a test gives its own :class:`WeekCounts`.
-
-One count costs two state reads and two counts per graph family, whatever the week's size:
-- which shard runs exist and which are in progress: the states of their ``load_shard`` task (created
-  with the run) and ``summarize`` (the run's last, all_done: it has ended when every case has);
-- where the earlier shards are: the states of the weekly run's ``shard_start`` map indexes;
-- finished cases: the ended task instances of each family's last phase over the runs in progress,
-  less its unexpanded one (a family without cases in a run). A family with several last tasks (several
-  last phases, or a last phase and its on-demand twin) reads their states per case instead.
+:class:`ExecutionApiCounts` reads task-instance states and counts through the execution API (the
+deadline tracker counts through it too); a test gives its own :class:`WeekCounts`. One count costs
+two state reads and two counts per graph family, whatever the week's size
+(docs/design.md, "Admission by cases in flight (the default)").
 """
 
 from __future__ import annotations

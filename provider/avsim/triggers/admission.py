@@ -1,21 +1,10 @@
-"""The trigger a ``shards`` task waits on before it starts its shard run: room among the week's cases.
+"""The trigger a ``shard_start`` task waits on before it starts its shard run: room among the week's cases.
 
-Admitting by cases in flight (:mod:`avsim.plan.admit`), shard k starts its shard run when the week's
-unfinished cases are fewer than the target, and no earlier shard is still waiting.
-:class:`ShardAdmissionTrigger` counts that every ``poll_interval`` seconds through the execution API
-(:func:`avsim.plan.week_counts.read_in_flight`) and fires:
-
-- ``{"status": "admitted", ...}`` when the shard may start: the task resumes, checks once more (the
-  breaker, its shard run) and starts it;
-- ``{"status": "recheck", ...}`` after ``recheck_seconds`` without room: the task resumes to derive the
-  target again from the pools' slots at that moment (the deadline tracker may have raised them) and
-  defers again;
-- ``{"status": "error", "message": ...}`` instead of raising, when counts have failed for
-  ``outage_seconds`` (and at least ``max_failed_polls`` in a row): an API server that restarts or
-  stops answering for a few minutes is waited out; the task then fails naming the cause.
-
-Never within ``min_wait_seconds`` of its start (:mod:`avsim.resume`).
-Its arguments are plain JSON, so it survives a triggerer restart.
+:class:`ShardAdmissionTrigger` counts the week's unfinished cases every ``poll_interval`` seconds
+through the execution API (:func:`avsim.plan.week_counts.read_in_flight`) and fires ``admitted`` when
+shard k may start (:func:`avsim.plan.admit.admit`), ``recheck`` after ``recheck_seconds`` without room,
+or ``error`` once counts have failed for ``outage_seconds``; never within ``min_wait_seconds`` of its
+start. Its arguments are plain JSON (docs/design.md, "Admission by cases in flight (the default)").
 """
 
 from __future__ import annotations

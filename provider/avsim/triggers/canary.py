@@ -1,13 +1,9 @@
 """The canary gate's trigger: watches the canary's first attempts in the ledger and decides the gate.
 
-It reads, at an interval, the canary cases' phases' first attempts of the gate's round (each phase's
-attempt records in order, until one is its evidence: :func:`avsim.plan.canary.attempt_evidence`; a
-decided phase is kept), and whether the canary shard run has written its summary this round. It writes
-the gate's state to ``canary/gate.json`` (for the report and the UI page) whenever it changes, and
-fires one event when the gate is decided (``passed`` / ``failed``), cannot be (``error``), or never
-will be: ``stalled`` when the ``canary`` task ended without running the canary this round (it refused
-or failed), so no new attempt can come.
-Arguments are JSON-friendly; the classpath comes from ``__module__``/``__qualname__``.
+It writes the gate's state to ``canary/gate.json`` whenever it changes and fires once the gate is
+decided (``passed`` / ``failed``), cannot be (``error``), or never will be (``stalled``: the ``canary``
+task ended without running the canary this round). Arguments are JSON-friendly; the rule is
+:func:`avsim.plan.canary.gate_decision` (docs/design.md, "A bad build").
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The trigger a ``shards`` (or ``canary``) task waits on: its shard run's end.
 
-:class:`ShardRunTrigger` is Airflow's ``DagStateTrigger`` (the standard provider's wait for a DAG
-run to reach a state) that never fires within ``min_wait_seconds`` of its start. A shard run that
-ends within seconds of the wait (a repaired shard whose few failed cases rerun quickly, a small
-shard) would otherwise resume the task before Airflow's scheduler has seen the exit of the try
-that deferred, and Airflow 3.3.2 then fails the task instance
-(:mod:`avsim.resume`). It is the only wait of a ``shards``
-task: :class:`avsim.operators.shard.ShardRunOperator` creates a new shard run itself and defers on it,
-rather than letting Airflow's task runner defer on a plain DagStateTrigger. Its arguments are
-DagStateTrigger's plus that bound; its classpath comes from ``__module__``/``__qualname__``.
+:class:`ShardRunTrigger` is Airflow's ``DagStateTrigger`` that never fires within
+``min_wait_seconds`` of its start, so a shard run that ends within seconds never resumes the task
+before the scheduler has seen the deferring try end (:mod:`avsim.resume`; docs/design.md, "Every
+wait is bounded"). Its arguments are DagStateTrigger's plus that bound.
 """
 
 from __future__ import annotations
