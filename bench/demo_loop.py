@@ -1,7 +1,7 @@
 """The demo's scheduler loop on SQLite: milliseconds per unfinished task instance, and the GPUs' gaps.
 
-Runs the demo's week (``avsim demo``'s stack: SQLite, LocalExecutor, parallelism 16, 8 spot GPUs, 16
-CPU slots, its ``[avsim]`` settings; the 200 sample cases with compressed time) with the scheduler's
+Runs the demo's week (``avsim demo``'s stack: SQLite, LocalExecutor, parallelism of every pool slot, 8
+spot GPUs, 16 CPU slots, its ``[avsim]`` settings; the 200 sample cases with compressed time) with the scheduler's
 StatsD timings sent to a loopback sink, and samples every second the unfinished task instances of
 the running DAG runs (what each loop re-evaluates). Each loop is paired with the sample at its
 middle; the least-squares slope of loop milliseconds over task instances is what ``[avsim]
@@ -211,11 +211,12 @@ def run(args: argparse.Namespace) -> None:
         **dict(kv.split("=", 1) for kv in args.env),
     }
     with tempfile.TemporaryDirectory(prefix="avsim-bench-demo-") as tmp:
-        stack = demo_stack(Path(tmp) / "demo", args.shard_size, args.max_active_shards, env)
+        pools = demo_pools(8, 16)
+        stack = demo_stack(Path(tmp) / "demo", args.shard_size, args.max_active_shards, pools, env)
         try:
             stack.claim()
             stack.migrate()
-            stack.set_pools(demo_pools(8, 16))
+            stack.set_pools(pools)
             stack.start()
             wait_for_dag(stack, PARENT)
             wait_for_dag(stack, SHARD)

@@ -121,15 +121,26 @@ def demo_env(shard_size: int, max_active_shards: int) -> dict[str, str]:
     }
 
 
+def demo_parallelism(pools: dict[str, tuple[int, str]]) -> int:
+    """``[core] parallelism`` for the demo's pools: every slot of every pool. With fewer, a full CPU pool
+    fills the executor too and the GPUs idle beside it (docs/performance.md, "The demo's GPUs")."""
+    return sum(slots for slots, _ in pools.values())
+
+
 def demo_stack(
-    home: Path, shard_size: int, max_active_shards: int, extra_env: dict[str, str] | None = None
+    home: Path,
+    shard_size: int,
+    max_active_shards: int,
+    pools: dict[str, tuple[int, str]],
+    extra_env: dict[str, str] | None = None,
 ) -> LocalStack:
-    """The demo's stack on ``home`` (SQLite, LocalExecutor, parallelism 16); ``extra_env`` adds settings."""
+    """The demo's stack on ``home`` (SQLite, LocalExecutor with :func:`demo_parallelism` of ``pools``);
+    ``extra_env`` adds settings."""
     return LocalStack(
         home=home,
         dags_folder=checkout_folder("dags"),
         plugins_folder=checkout_folder("plugins"),
-        parallelism=16,
+        parallelism=demo_parallelism(pools),
         extra_env={**demo_env(shard_size, max_active_shards), **(extra_env or {})},
     )
 
@@ -152,7 +163,8 @@ def run_demo(
 
     console = Console()
     home = home.resolve()
-    stack = demo_stack(home, shard_size, max_active_shards)
+    pools = demo_pools(gpus, cpus)
+    stack = demo_stack(home, shard_size, max_active_shards, pools)
     with stops_like_ctrl_c():
         try:
             claim_home(stack, console.print)
@@ -163,7 +175,7 @@ def run_demo(
                 cases=cases,
                 crash_rate=crash_rate,
                 exit_when_done=exit_when_done,
-                pools=demo_pools(gpus, cpus),
+                pools=pools,
                 timeout_seconds=timeout_seconds,
             )
         finally:
