@@ -1,15 +1,10 @@
 """What the attempt service answers, and the task-side effects it asks for: typed, no Airflow.
 
-:meth:`avsim.attempt.service.AttemptService.begin` answers :class:`Launch` or one of the ends
-(:class:`Done`, :class:`Stop`); :meth:`~avsim.attempt.service.AttemptService.end` answers an end,
-or :class:`HandOver`. The adapters (:mod:`avsim.operators.lifecycle`) turn an end into Airflow's
-terms: a return value, the exception :data:`avsim.operators.exceptions.FAILURE_EXCEPTIONS` names for
-``failure`` (with ``retry_delay`` for a retriable one), the hand-over XCom and a skip.
-
-The service asks the task for two things on its way (:class:`TaskSide`): push how an attempt ended
-that committed nothing (XCom ``avsim_outcome``, for the pages), and ready the on-demand twin before a
-hand-over (a clear through Airflow's REST API). They are called where the lifecycle always made them,
-before the ledger's failure commit and before the hand-over, so their order is unchanged.
+:meth:`~avsim.attempt.service.AttemptService.begin` answers :class:`Launch` or an end (:class:`Done`,
+:class:`Stop`), :meth:`~avsim.attempt.service.AttemptService.end` an end or :class:`HandOver`; the
+adapter (:mod:`avsim.operators.lifecycle`) turns them into Airflow's terms. The service asks the task
+(:class:`TaskSide`) to push how an attempt that committed nothing ended (XCom ``avsim_outcome``) and
+to ready the on-demand twin before a hand-over, before the failure's commit and the hand-over.
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """The pod of a phase attempt, built as data: a pure function of the attempt and the cluster settings.
 
-:func:`phase_pod` is the whole hardened spec, and nothing else writes one:
-
-- **what runs**: the run's build, pinned by digest, with the phase's command and arguments (never
-  the manifest's pod), the phase contract's environment (:meth:`PhaseAttempt.environment`), the
-  Lease to renew when the phase has one, and the manifest's allow-listed extras underneath
-  (:class:`avsim.manifest.models.PodOverrides`: labels, annotations, environment, scratch and
-  ``/dev/shm`` sizes), which never replace avsim's own;
-- **where**: the node class's node selector and tolerations (``[avsim] kubernetes_node_classes``;
-  a GPU phase's on-demand twin is the ``gpu-on-demand`` class), the run class's PriorityClass
-  (the canary's shard run has its own, :func:`priority_key`), requests and limits with
-  ``nvidia.com/gpu`` for GPU phases;
-- **the sandbox**: non-root (``[avsim] kubernetes_run_as_user``), seccomp and AppArmor
-  ``RuntimeDefault``, no privilege escalation, every capability dropped, a read-only root with an
-  ``emptyDir`` scratch at ``/tmp`` (and ``/dev/shm`` in memory when asked), no host network, no
-  Service links, the phase's service account (it renews its Lease with it);
-- **how long**: ``activeDeadlineSeconds`` is the phase's timeout, ``restartPolicy`` is ``Never``
-  (a retry is a new attempt with a new pod).
-
-:class:`avsim.operators.kubernetes.KubernetesPhaseOperator` sends it, adding only what the stock
-operator adds to every pod (the task instance's identifying labels, Airflow's version) and the
-cluster's ``pod_mutation_hook``.
+:func:`phase_pod` is the whole hardened spec (what runs, where, the sandbox, how long: its
+docstring), and nothing else writes one. :class:`avsim.operators.kubernetes.KubernetesPhaseOperator`
+sends it, adding only what the stock operator adds to every pod (the task instance's identifying
+labels, Airflow's version) and the cluster's ``pod_mutation_hook``.
 """
 
 from __future__ import annotations
@@ -132,6 +115,22 @@ def phase_pod(
     phase's on-demand twin runs on ``gpu-on-demand``); ``priority`` is a key of
     ``kube.priority_classes`` (:func:`priority_key`); ``service_account`` defaults to
     ``kube.service_account``.
+
+    - **what runs**: the run's build, pinned by digest, with the phase's command and arguments (never
+      the manifest's pod), the phase contract's environment (:meth:`PhaseAttempt.environment`), the
+      Lease to renew when the phase has one, and the manifest's allow-listed extras underneath
+      (:class:`avsim.manifest.models.PodOverrides`: labels, annotations, environment, scratch and
+      ``/dev/shm`` sizes), which never replace avsim's own;
+    - **where**: the node class's node selector and tolerations (``[avsim] kubernetes_node_classes``;
+      a GPU phase's on-demand twin is the ``gpu-on-demand`` class), the run class's PriorityClass
+      (the canary's shard run has its own, :func:`priority_key`), requests and limits with
+      ``nvidia.com/gpu`` for GPU phases;
+    - **the sandbox**: non-root (``[avsim] kubernetes_run_as_user``), seccomp and AppArmor
+      ``RuntimeDefault``, no privilege escalation, every capability dropped, a read-only root with an
+      ``emptyDir`` scratch at ``/tmp`` (and ``/dev/shm`` in memory when asked), no host network, no
+      Service links, the phase's service account (it renews its Lease with it);
+    - **how long**: ``activeDeadlineSeconds`` is the phase's timeout, ``restartPolicy`` is ``Never``
+      (a retry is a new attempt with a new pod).
     """
     runtime, overrides = attempt.runtime, attempt.runtime.pod
     name = pods.pod_name(attempt.layout.run_key, attempt.case_id, attempt.phase, attempt.attempt)

@@ -1,13 +1,9 @@
-"""Delete the phase pods (and their heartbeat Leases) a shard run left behind, at its ``summarize``.
+"""Delete the phase pods (and their Leases) a shard run left behind, at its ``summarize``.
 
-A Kubernetes phase's pod is deleted by whoever ends its attempt: the operator in a worker, or its
-trigger (also when a user's action kills the trigger: :meth:`avsim.triggers.phase_pod.PhasePodTrigger.on_kill`).
-One user action escapes both: a task marked failed or success while it was deferred and no triggerer
-had picked its trigger up yet. Airflow drops the trigger row, nothing runs ``on_kill``, and the pod
-holds its node (a GPU) until ``activeDeadlineSeconds``. The shard's ``summarize`` runs when every
-phase task of the shard has ended, so any pod of its cases created before it began is such a leftover
-(:func:`avsim.kube.pods.leftover_pods`); this module lists the run's pods by label and deletes those.
-The attempt's ledger record stays ``started``: the phase's next try (a repair) records it as lost.
+A deferred phase marked failed or success before any triggerer took its trigger leaves its pod
+running (nothing runs ``on_kill``). ``summarize`` runs once every phase task of the shard ended, so
+any pod of its cases created before it began is such a leftover (:func:`avsim.kube.pods.leftover_pods`):
+it is deleted with its Lease; its attempt stays ``started`` for the next try to record as lost.
 """
 
 from __future__ import annotations

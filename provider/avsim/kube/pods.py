@@ -1,31 +1,8 @@
-"""Phase pods as plain data: names, labels, the hardened pod spec, and how a pod's status is classified.
+"""Phase pods as plain data: names, labels, selectors, Leases, and how a pod's status is classified.
 
-Everything here works on JSON-shaped dicts (what the API server sends, what a watch event holds),
-imports no Kubernetes client, and is tested without one. The operator turns the spec into a
-``V1Pod`` and the trigger classifies the pods its watch sees with the same function as the
-operator's synchronous path, so both backends' paths agree on what happened to a pod.
-
-Classification (:func:`classify_pod`), first match wins:
-
-==============================================================  ==================  ============
-pod status                                                      outcome             detail
-==============================================================  ==================  ============
-gone from the API (404, DELETED event) before it ended          preempted (spot) /  vanished
-                                                                infra_failed
-no heartbeat for longer than the lease                          infra_failed        lease_expired
-not ended, and stuck Terminating (``deletionTimestamp`` more    preempted (spot) /  node_lost
-than ``TERMINATING_BOUND_SECONDS`` ago) or not Ready with its   infra_failed
-container running for more than ``NOT_READY_BOUND_SECONDS``
-(its node's kubelet is gone: nothing will ever update it)
-a container waiting with ErrImagePull, ImagePullBackOff,         bad_build           image_pull
-InvalidImageName
-``DisruptionTarget`` condition, or status reason Evicted,       preempted           evicted /
-Preempting, Shutdown, Terminated, NodeShutdown, NodeLost                            node_shutdown
-container terminated OOMKilled                                  infra_failed        oom
-status reason DeadlineExceeded (activeDeadlineSeconds)          infra_failed        timeout
-Succeeded                                                       passed              (exit 0)
-container terminated with an exit code                          by the phase contract's exit codes
-==============================================================  ==================  ============
+Everything here works on JSON-shaped dicts (what the API server sends, what a watch event holds)
+and imports no Kubernetes client. The trigger and the operator's synchronous path classify a pod
+with the same function (:func:`classify_pod`, its table in its docstring), so both agree.
 """
 
 from __future__ import annotations
@@ -255,7 +232,27 @@ def classify_pod(
 
     ``pod`` is None when the pod is gone from the API (deleted by a node controller, a lost node).
     ``now`` (seconds since the epoch) enables the time-based rule for a lost node; without it a pod
-    is judged on its status alone.
+    is judged on its status alone. First match wins:
+
+    ==============================================================  ==================  ============
+    pod status                                                      outcome             detail
+    ==============================================================  ==================  ============
+    gone from the API (404, DELETED event) before it ended          preempted (spot) /  vanished
+                                                                    infra_failed
+    no heartbeat for longer than the lease                          infra_failed        lease_expired
+    not ended, and stuck Terminating (``deletionTimestamp`` more    preempted (spot) /  node_lost
+    than ``TERMINATING_BOUND_SECONDS`` ago) or not Ready with its   infra_failed
+    container running for more than ``NOT_READY_BOUND_SECONDS``
+    (its node's kubelet is gone: nothing will ever update it)
+    a container waiting with ErrImagePull, ImagePullBackOff,         bad_build           image_pull
+    InvalidImageName
+    ``DisruptionTarget`` condition, or status reason Evicted,       preempted           evicted /
+    Preempting, Shutdown, Terminated, NodeShutdown, NodeLost                            node_shutdown
+    container terminated OOMKilled                                  infra_failed        oom
+    status reason DeadlineExceeded (activeDeadlineSeconds)          infra_failed        timeout
+    Succeeded                                                       passed              (exit 0)
+    container terminated with an exit code                          by the phase contract's exit codes
+    ==============================================================  ==================  ============
     """
     if pod is None:
         return AttemptResult(

@@ -1,12 +1,10 @@
 """Exceptions a phase task raises: one per way an attempt ends unsuccessfully.
 
 Airflow's retry machinery sees the class: bad input, a bad build and a used-up budget fail fast
-(``AirflowFailException``: no retry); an infrastructure failure and a preemption are retried,
-each after its own delay (:class:`avsim.operators.retry.PhaseRetryPolicy` reads
-``retry_delay`` off the exception); a GPU phase preempted too often on spot nodes is skipped so
-that its on-demand twin takes over (``AirflowSkipException``). The more specific classes say
-what the platform did (an OOM kill, an eviction, a lost node, a lease that expired); their
-message names the pod or process, the case and the phase. A user's kill is :class:`PhaseKilled`.
+(``AirflowFailException``); an infrastructure failure and a preemption are retried after their own
+delay (``retry_delay``, read by :class:`avsim.operators.retry.PhaseRetryPolicy`); a hand-over to the
+on-demand twin is a skip. The specific classes say what the platform did; their message names the
+pod or process, the case and the phase. A user's kill is :class:`PhaseKilled`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """The Kubernetes backend: every attempt of a phase is one pod, run by a ``KubernetesPodOperator``.
 
-:class:`KubernetesPhaseOperator` runs the phase task's one sequence
-(:meth:`avsim.operators.lifecycle.PhaseLifecycle.execute`) and supplies its launch and watch: the
-stock operator's ``execute``, changed only at its seams. ``build_pod_request_obj`` sends the pod
-:func:`avsim.kube.pod_spec.phase_pod` builds; ``get_or_create_pod`` deletes earlier attempts' pods
-(never re-adopting one) and creates the pod and its Lease; ``invoke_defer_method`` defers to
-:class:`avsim.triggers.pass_commit.PassCommitTrigger`; ``cleanup`` (sync mode) classifies the pod.
-Every API call of its own goes through :class:`avsim.hooks.kubernetes.PhasePodsHook`.
+:class:`KubernetesPhaseOperator` runs the phase task's one sequence (:class:`PhaseLifecycle`) and
+supplies its launch and watch: the stock ``execute``, changed only at its seams
+(``build_pod_request_obj`` sends :func:`avsim.kube.pod_spec.phase_pod`; ``get_or_create_pod`` never
+re-adopts a pod and creates its Lease; ``invoke_defer_method`` defers to
+:class:`avsim.triggers.pass_commit.PassCommitTrigger`; ``cleanup`` classifies the pod in sync mode).
+Its own API calls go through :class:`avsim.hooks.kubernetes.PhasePodsHook`.
 """
 
 from __future__ import annotations
