@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -459,6 +460,33 @@ def airflow_config(section: str, key: str, fallback: str) -> str:
     return str(conf.get(section, key, fallback=fallback))
 
 
+def _kubernetes(get: Callable[[str], str]) -> KubernetesSettings:
+    return KubernetesSettings(
+        conn_id=get("kubernetes_conn_id"),
+        namespace=get("kubernetes_namespace"),
+        service_account=get("kubernetes_service_account"),
+        node_classes=_json_object("kubernetes_node_classes", get("kubernetes_node_classes")),
+        priority_classes=_json_object("kubernetes_priority_classes", get("kubernetes_priority_classes")),
+        deferrable=_boolean(get("kubernetes_deferrable")),
+        startup_timeout_seconds=int(get("kubernetes_startup_timeout_seconds")),
+        run_as_user=int(get("kubernetes_run_as_user")),
+    )
+
+
+def _deadline(get: Callable[[str], str]) -> DeadlineSettings:
+    return DeadlineSettings(
+        interval_seconds=float(get("deadline_interval_seconds")),
+        default_hours=float(get("deadline_default_hours")),
+        api_conn_id=get("deadline_api_conn_id"),
+        max_gpu_slots=int(get("deadline_max_gpu_slots")),
+        aws_conn_id=get("deadline_aws_conn_id"),
+        eks_cluster=get("deadline_eks_cluster"),
+        eks_nodegroup=get("deadline_eks_nodegroup"),
+        eks_max_nodes=int(get("deadline_eks_max_nodes")),
+        gpus_per_node=int(get("deadline_gpus_per_node")),
+    )
+
+
 def load_settings() -> AvsimSettings:
     """Read ``[avsim]`` from Airflow's configuration (and its environment overrides)."""
 
@@ -480,32 +508,11 @@ def load_settings() -> AvsimSettings:
             cpu_queue=get("cpu_queue"),
             on_demand_fallback=_boolean(get("on_demand_fallback")),
             reuse_outputs=_boolean(get("reuse_outputs")),
-            kubernetes=KubernetesSettings(
-                conn_id=get("kubernetes_conn_id"),
-                namespace=get("kubernetes_namespace"),
-                service_account=get("kubernetes_service_account"),
-                node_classes=_json_object("kubernetes_node_classes", get("kubernetes_node_classes")),
-                priority_classes=_json_object(
-                    "kubernetes_priority_classes", get("kubernetes_priority_classes")
-                ),
-                deferrable=_boolean(get("kubernetes_deferrable")),
-                startup_timeout_seconds=int(get("kubernetes_startup_timeout_seconds")),
-                run_as_user=int(get("kubernetes_run_as_user")),
-            ),
+            kubernetes=_kubernetes(get),
             shard_poll_seconds=float(get("shard_poll_seconds")),
             airflow_api_conn_id=get("airflow_api_conn_id"),
             max_manifest_bytes=int(get("max_manifest_bytes")),
-            deadline=DeadlineSettings(
-                interval_seconds=float(get("deadline_interval_seconds")),
-                default_hours=float(get("deadline_default_hours")),
-                api_conn_id=get("deadline_api_conn_id"),
-                max_gpu_slots=int(get("deadline_max_gpu_slots")),
-                aws_conn_id=get("deadline_aws_conn_id"),
-                eks_cluster=get("deadline_eks_cluster"),
-                eks_nodegroup=get("deadline_eks_nodegroup"),
-                eks_max_nodes=int(get("deadline_eks_max_nodes")),
-                gpus_per_node=int(get("deadline_gpus_per_node")),
-            ),
+            deadline=_deadline(get),
             manifest_safety=ManifestSafetySettings(
                 max_cases=int(get("max_manifest_cases")),
                 uri_schemes=_csv(get("manifest_uri_schemes")),
