@@ -155,7 +155,7 @@ def stopped(tmp_path: Path) -> Any:
 # -- 1. failed scenarios are results: never in the red count ----------------------------------------
 def test_a_repaired_week_of_passed_and_failed_scenarios_needs_no_attention() -> None:
     """The repaired 40-case week: 35 passed, 5 scenario_failed. Nothing is red."""
-    from avsim.ui.week import _cases
+    from avsim.ui.week_parts import cases_doc as _cases
 
     repaired = Digest(cases={("done", "passed"): 35, ("done", "scenario_failed"): 5})
     cases = _cases([repaired], 40)
