@@ -26,16 +26,12 @@ ALLOWED: dict[str, str] = {
     "contracts/case.py": _TABLES,
     "contracts/pod.py": _TABLES,
     "contracts/week.py": _TABLES,
-    "hooks/airflow_api.py": _OWNED,
     "manifest/loader.py": _GENERATED,
     "manifest/validation.py": _GENERATED,
-    "operators/retry.py": _OWNED,
     "plan/admission.py": _OWNED,
     "plan/admit.py": _OWNED,
     "planner/__init__.py": _OWNED,
     "planner/simulate.py": _OWNED,
-    "triggers/phase_pod.py": _OWNED,
-    "triggers/pod_watch.py": _OWNED,
 }
 
 

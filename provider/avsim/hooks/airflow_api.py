@@ -1,17 +1,10 @@
 """The few Airflow REST API calls avsim makes itself, with credentials from an Airflow connection.
 
-Workers have no database access in Airflow 3, so what a task must change outside its own task
-instance goes through the public REST API (``/api/v2``), as an engineer's client would:
-
-- the deadline tracker raises a pool's slots (``PATCH /api/v2/pools/{name}``);
-- a cleared ``shards`` task repairs its failed shard run in place: it clears the shard run's failed
-  task instances and their downstream (``POST /api/v2/dags/{dag_id}/clearTaskInstances``).
-
-The connection (type ``avsim_airflow_api``, default id ``avsim_airflow_api``) holds the API server's
-URL (host with scheme, and port), and either a login and password, which get a token from
-``POST /auth/token`` (the simple and the FAB auth managers both serve it), or ``extra.token``, a
-ready token. With neither, it asks ``GET /auth/token``, which only the simple auth manager's
-all-admins mode (the demo's) answers. The least-privilege role is in docs/deployment.md.
+Workers have no database access in Airflow 3: the deadline tracker raises a pool's slots, a cleared
+``shards`` task clears its failed shard run's task instances, and ``triage`` stops its runs left at
+the deadline through ``/api/v2``, as an engineer's client would. The connection (type
+``avsim_airflow_api``) holds the API server's URL and a login and password (a token from
+``POST /auth/token``) or ``extra.token`` (docs/deployment.md, "avsim's service account").
 """
 
 from __future__ import annotations

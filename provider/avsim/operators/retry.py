@@ -1,20 +1,8 @@
 """Retry classes on top of Airflow 3.3's retry policies.
 
-Airflow gives a task one retry count and one backoff. avsim's phases have one budget and one
-backoff per failure class (infrastructure, preemption; bad input and a failed scenario are never
-retried). The split of work:
-
-* the task's ``retries`` is the sum of the class budgets it may use
-  (:func:`avsim.phases.policy.task_retries`), so Airflow never stops a phase before one of its
-  budgets is used up;
-* the failure policy (:func:`avsim.phases.policy.decide`) decides from the task's attempts in its
-  current round of tries whether to retry, after which delay, or to give up; the phase's
-  lifecycle (:mod:`avsim.operators.lifecycle`) raises the exception the decision names, a
-  retriable one carrying that class's delay;
-* :class:`PhaseRetryPolicy` (a ``RetryPolicy``, evaluated in the worker) hands that delay to
-  Airflow. A try the scheduler fails for a missed heartbeat (a lost worker) never reaches a
-  policy: Airflow retries it after the task's ``retry_delay`` (the infrastructure delay), and the
-  next try records the lost attempt as an infrastructure failure before it counts the budget.
+A task's ``retries`` is the sum of its class budgets; the failure policy decides each retry and its
+delay, and :class:`PhaseRetryPolicy` (evaluated in the worker) hands that delay to Airflow; a lost
+worker's try is retried after the task's ``retry_delay`` (docs/design.md, "Retry classes and budgets").
 """
 
 from __future__ import annotations

@@ -1,36 +1,10 @@
 """The trigger a deferred Kubernetes phase waits on: its pod's end, its preemption, its lease's expiry.
 
-:class:`PhasePodTrigger` makes no API request of its own: it subscribes to the triggerer's shared
-watch of the namespace (:class:`avsim.triggers.pod_watch.NamespaceWatch`) and decides from what the
-watch last saw, with the same classifier the operator's synchronous path uses
-(:func:`avsim.kube.pods.classify_pod`). It fires one event, a :class:`avsim.contracts.pod.PodEvent`
-as JSON:
-
-``{"status": "ended", "outcome": ..., "exit_code": ..., "reason": ..., "detail": ..., ...}``
-    the attempt ended: succeeded, failed (with the exit code and reason), preempted (evicted, node
-    shutdown, vanished), ``lease_expired`` (the phase stopped renewing its heartbeat: the operator
-    deletes the pod and retries it as an infrastructure failure), ``node_lost`` (the pod is stuck
-    Terminating or not Ready on a node whose kubelet is gone), ``timeout`` (the pod did not end
-    within ``deadline_seconds`` of the attempt's start, whatever it reports) or a bad build (image
-    pull);
-``{"status": "error", "message": ...}``
-    the trigger could not tell (the API unreachable for a while): the operator reads the pod itself.
-
-:class:`avsim.triggers.pass_commit.PassCommitTrigger`, the trigger a deferred phase waits on, ends
-an attempt whose pod passed there instead (through the seam :meth:`PhasePodTrigger.end_here`): it commits it
-(:func:`avsim.triggers.pass_commit.commit_passed`), deletes the pod and its Lease, and fires
-Airflow's ``TaskSuccessEvent`` with the phase's result as the task's return value: no worker resumes
-the phase. When that commit cannot be made, or the attempt ended any other way, it fires the event
-above; before that it checks whether it had already committed the attempt (a trigger run again after
-its triggerer died between the commit and Airflow taking the event, the pod already deleted) and
-then ends the task with that commit.
-
-A user who marks the deferred phase failed or success, or clears it, kills it: Airflow's triggerer
-cancels the trigger and calls :meth:`PhasePodTrigger.on_kill`, which deletes the attempt's pod and
-Lease (not after the event fired, not while the task instance is still deferred: the trigger was
-handed to another triggerer) and commits nothing.
-
-Its arguments are JSON-friendly and its classpath comes from ``__module__``/``__qualname__``.
+:class:`PhasePodTrigger` makes no API request of its own: it reads the triggerer's shared watch
+(:class:`avsim.triggers.pod_watch.NamespaceWatch`), classifies with :func:`avsim.kube.pods.classify_pod`
+and fires one :class:`avsim.contracts.pod.PodEvent` (``ended`` or ``error``); :meth:`PhasePodTrigger.on_kill`
+deletes the attempt's pod and Lease when a user kills the deferred phase. Its arguments are
+JSON-friendly (docs/design.md, "The Kubernetes backend's API load").
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """One watch per namespace, shared by every phase trigger of a triggerer process.
 
-The stock deferrable ``KubernetesPodOperator`` polls each pod every two seconds: 2,000 running
-pods make 1,000 API requests a second. avsim's triggers instead share :class:`NamespaceWatch`:
-one ``LIST`` + ``WATCH`` of the namespace's avsim pods (label ``avsim.io/managed=true``) and one of
-their Leases (the phases' heartbeats), kept in memory by the triggerer process and fanned out to
-the triggers waiting on them. The API load is a handful of long-lived requests per namespace,
-whatever the number of phases, plus the phases' own heartbeat renewals.
-
-The watch resumes from its last ``resourceVersion`` when the server closes it, relists on
-``410 Gone``, backs off on errors, and stops once no trigger has needed it for a while. Nothing
-here is state that matters beyond the process: a triggerer that restarts relists and every
-trigger carries on from what the API says now.
+:class:`NamespaceWatch` keeps one ``LIST`` + ``WATCH`` of the namespace's avsim pods and one of their
+Leases in memory and fans them out to the waiting triggers: a handful of long-lived requests per
+namespace, whatever the number of phases. It resumes from its last ``resourceVersion``, relists on
+``410 Gone``, backs off on errors and stops when no trigger needs it; nothing in it outlives the
+process (docs/design.md, "The Kubernetes backend's API load").
 """
 
 from __future__ import annotations
