@@ -34,7 +34,7 @@ def _compared_table(entries: list[Mapping[str, Any]]) -> str:
         + blocks.cell(e.get("failing_phase"))
         + blocks.cell(e.get("matched_by"))
         + "</tr>"
-        for e in entries[:blocks.MAX_COMPARED_ROWS]
+        for e in entries[: blocks.MAX_COMPARED_ROWS]
     ]
     more = len(entries) - blocks.MAX_COMPARED_ROWS
     note = f'<p class="note">… and {more:,} more in report.json.</p>' if more > 0 else ""
