@@ -205,7 +205,7 @@ def main() -> None:
         report = read_json(f"{week.report_dir}/report.json")
         used, runs = triage_gpu_seconds(week)
         delay, triage_s = delays(task_times(stack, WEEK_B))
-    week_gpu = sum(float(r["gpu_seconds"]) for r in report["cases"])
+    week_gpu = float(report["gpu_seconds"]["total"])  # the sum of its cases' (cases.csv)
     for c in triage.cases:
         print(
             f"  {c.case_id} ({c.failing_phase}): {c.verdict.value}, planted {planted.get(c.case_id, '-')}; "
