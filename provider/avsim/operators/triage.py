@@ -59,15 +59,12 @@ class TriageOperator(BaseOperator):
         return read_book(week.layout) or TriageBook(week_run_key=week.run_key, message="triage did not start")
 
     def until(self) -> str | None:
+        """When the wait gives up: :data:`REPORT_MARGIN` before the week's deadline (None: it has none)."""
         from avsim.storage import read_json
+        from avsim.triage.start import run_deadline
 
-        deadline = ((read_json(self.week.layout.head_uri).get("run") or {}).get("deadline")) or None
-        if not deadline:
-            return None
-        when = dt.datetime.fromisoformat(str(deadline).replace("Z", "+00:00"))
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.UTC)
-        return (when - REPORT_MARGIN).isoformat()
+        deadline = run_deadline(read_json(self.week.layout.head_uri))
+        return None if deadline is None else (deadline - REPORT_MARGIN).isoformat()
 
     def execute(self, context: Context) -> Any:
         from avsim.triggers.triage import TriageRunsTrigger

@@ -2,8 +2,8 @@
 
 Reads the week as its report has it, compares it with last week, decides what fits the budget and
 the deadline (:mod:`avsim.triage.decide`), writes each triage run's files and records the round in
-``report/triage_plan.json``. A second call (a retry, a clear after a repair) starts only the cases no
-earlier round planned, so nothing already rerun is rerun again.
+``report/triage_plan.json``. A second call (a retry, a clear after a repair or a fix) starts only the
+cases no earlier round gave a verdict of the build, so nothing already judged is rerun.
 """
 
 from __future__ import annotations
@@ -38,14 +38,19 @@ def read_book(layout: RunLayout) -> TriageBook | None:
     return TriageBook.model_validate(read_json(uri)) if exists(uri) else None
 
 
-def seconds_left(deadline: Any, now: dt.datetime) -> float:
-    """Seconds from ``now`` to the run's deadline (an ISO time); unbounded when it has none."""
+def run_deadline(head: Mapping[str, Any]) -> dt.datetime | None:
+    """The run's deadline, from its manifest snapshot's head (None when it has none)."""
+    deadline = (head.get("run") or {}).get("deadline")
     if not deadline:
-        return float("inf")
+        return None
     when = dt.datetime.fromisoformat(str(deadline).replace("Z", "+00:00"))
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return (when - now).total_seconds()
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+
+
+def seconds_left(head: Mapping[str, Any], now: dt.datetime) -> float:
+    """Seconds from ``now`` to the run's deadline; unbounded when it has none."""
+    deadline = run_deadline(head)
+    return float("inf") if deadline is None else (deadline - now).total_seconds()
 
 
 def _audit(
@@ -141,7 +146,7 @@ def plan_round(
         ranked,
         decide.measured_costs(plan, rows, ranked, 2 * k if last else k),
         week_gpu_seconds=week_gpu,
-        seconds_left=seconds_left((head.get("run") or {}).get("deadline"), now),
+        seconds_left=seconds_left(head, now),
         share=max(0.0, settings.gpu_share - (spent / week_gpu if week_gpu else 0.0)),
     )
     (confirmed, kept), left = _fit(
