@@ -185,18 +185,32 @@ def start_triage(
     run: dict[str, Any], plan: WeeklyPlan, settings: AvsimSettings, shard_dag_id: str
 ) -> list[str]:
     """``triage_start``: decide the round (:func:`avsim.triage.start.start_round`) and start its shard
-    runs (one already there is left as it is); returns every triage run's id."""
+    runs (one already there is left as it is); returns the ids of the triage runs that exist.
+
+    Triage is advice: an error here is logged and recorded in the triage document, and neither fails
+    the week nor holds its report through retries."""
     from avsim.airflow_internals import start_dag_run_from_task
     from avsim.triage.runs import shard_conf
-    from avsim.triage.start import start_round
+    from avsim.triage.start import record_failure, start_round
 
     week = RunDescriptor.model_validate(run)
-    _, runs = start_round(week, plan, settings.triage)
+    try:
+        _, runs = start_round(week, plan, settings.triage)
+    except Exception as exc:
+        log.exception("triage could not start")
+        record_failure(week, f"triage did not start: {exc}"[:500])
+        return []
+    started: list[str] = []
     for r in runs:
-        created = start_dag_run_from_task(
-            shard_dag_id, r.run_id, conf=shard_conf(week, r), note=f"triage of {week.run_key}: {r.label}"
-        )
+        try:
+            created = start_dag_run_from_task(
+                shard_dag_id, r.run_id, conf=shard_conf(week, r), note=f"triage of {week.run_key}: {r.label}"
+            )
+        except Exception as exc:
+            log.error("triage run %s could not be started (%s): its cases are not triaged", r.run_id, exc)
+            continue
+        started.append(r.run_id)
         log.info(
             "triage run %s %s (%s build)", r.run_id, "started" if created else "already there", r.build.value
         )
-    return [r.run_id for r in runs]
+    return started

@@ -327,6 +327,7 @@ def week_triage(
     wait = TriageOperator(
         task_id="triage",
         run=run_xcom,
+        run_ids=started,
         shard_dag_id=shard_dag_id,
         airflow_api_conn_id=settings.airflow_api_conn_id,
         poll_interval=settings.shard_poll_seconds,

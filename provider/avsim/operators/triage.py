@@ -27,7 +27,7 @@ REPORT_MARGIN = dt.timedelta(minutes=2)
 class TriageOperator(BaseOperator):
     """Waits for the week's triage runs (deferred, bounded by the deadline) and writes the verdicts."""
 
-    template_fields: Sequence[str] = ("run",)
+    template_fields: Sequence[str] = ("run", "run_ids")
     ui_color = "#e6dcf0"
 
     def __init__(
@@ -35,6 +35,7 @@ class TriageOperator(BaseOperator):
         *,
         run: Any,
         shard_dag_id: str,
+        run_ids: Any = None,
         airflow_api_conn_id: str = "avsim_airflow_api",
         poll_interval: float = 5.0,
         reruns: int = 2,
@@ -42,6 +43,8 @@ class TriageOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.run = run
+        #: The triage runs ``triage_start`` found or started (None: every run of the book).
+        self.run_ids = run_ids
         self.shard_dag_id = shard_dag_id
         self.airflow_api_conn_id = airflow_api_conn_id
         self.poll_interval = float(poll_interval)
@@ -70,13 +73,15 @@ class TriageOperator(BaseOperator):
         from avsim.triggers.triage import TriageRunsTrigger
 
         book = self._book()
-        if not book.runs:
-            return self.finish(book, "")
+        started = set((r.run_id for r in book.runs) if self.run_ids is None else self.run_ids)
+        waited = [r.run_id for r in book.runs if r.run_id in started]
+        if not waited:
+            return self.finish(book, "its triage run could not be started")
         self.defer(
             trigger=TriageRunsTrigger(
                 dag_id=self.shard_dag_id,
                 states=["success", "failed"],
-                run_ids=[r.run_id for r in book.runs],
+                run_ids=waited,
                 poll_interval=self.poll_interval,
                 until=self.until(),
             ),
@@ -112,7 +117,7 @@ class TriageOperator(BaseOperator):
     def finish(self, book: TriageBook, why_unfinished: str) -> dict[str, Any]:
         from avsim import metrics
         from avsim.ledger.store import Ledger
-        from avsim.storage import read_json
+        from avsim.storage import exists, read_json
         from avsim.triage.collect import collect, summary_of_run
         from avsim.triage.store import write_triage
 
@@ -122,7 +127,7 @@ class TriageOperator(BaseOperator):
         report = collect(
             book,
             cases,
-            read_json(layout.head_uri),
+            read_json(layout.head_uri) if exists(layout.head_uri) else {},
             summary_of=summary_of_run(layout.root),
             reruns=self.reruns,
             why_unfinished=why_unfinished or "its triage run ended without a summary of its cases",

@@ -203,6 +203,17 @@ def write_round(
             write_json(mine.shard_cases(TRIAGE_SHARD), cases)
 
 
+def record_failure(week: RunDescriptor, message: str) -> None:
+    """Say in the book why triage did not start (the ``triage`` task writes it into the document)."""
+    try:
+        book = read_book(week.layout) or TriageBook(week_run_key=week.run_key)
+        write_json(
+            plan_uri(week.layout), book.model_copy(update={"message": message}).model_dump(mode="json")
+        )
+    except Exception as exc:  # the store itself: the triage task says "triage did not start"
+        log.error("could not record why triage did not start (%s)", exc)
+
+
 def _without_a_verdict(layout: RunLayout) -> frozenset[str]:
     """The cases the last triage document left as environment or not triaged (none before it)."""
     from avsim.triage.model import TriageReport, TriageVerdict
