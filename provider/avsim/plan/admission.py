@@ -1,26 +1,10 @@
 """How many cases a week keeps in flight, and what that costs the scheduler: pure functions.
 
-A week admits new cases (in small shard runs) as finished ones make room, up to a target number of
-unfinished cases. The target comes from the pools (docs/design.md, "Admission by cases in flight"):
-
-- the **binding pool** sets the week's pace. At full occupancy the spot GPUs finish
-  ``spot GPUs / GPU-seconds per case`` cases a second, the CPU slots ``CPU slots / CPU-seconds per
-  case``; the smaller is the case rate ``λ`` (on-demand GPUs take only the phases that fell back
-  from spot, so they do not set the pace);
-- by Little's law a case that takes ``d`` seconds end to end (its critical path, each phase's
-  orchestrator overhead and scheduler delay included) needs ``λ x d`` cases in flight to keep that
-  pool full (``G x d / g`` of docs/design.md, "Choosing S and W"): nothing left over for the
-  queueing a priority order causes, or for the end of a case's path that holds no GPU;
-- so the target is that figure times :data:`HEADROOM`, measured by ``bench/planner.py`` on the
-  10,000-case sample at 280 GPUs (docs/performance.md); ``[avsim] cases_in_flight`` overrides it.
-
-The scheduler's side: Airflow 3.3's loop re-evaluates every unfinished task instance of every active
-run, about ``[avsim] scheduler_ms_per_task_instance`` each (3 ms on this project's 2-core machine with
-PostgreSQL beside 16 task processes; a production scheduler measures its own), and queues at most
-``[scheduler] max_tis_per_query`` task instances per loop. It cannot feed the pools when the phase
-starts they need in one loop exceed what one loop queues (:func:`scheduler_feed`).
-
-Nothing here imports Airflow or reads settings; callers pass the figures.
+The target: by Little's law, the binding pool's case rate times a case's end-to-end time, times
+:data:`HEADROOM`, and at least the cases the scheduler carries comfortably (:func:`comfortable_cases`);
+``[avsim] cases_in_flight`` overrides it. :func:`scheduler_feed` says whether one scheduler loop can
+queue the phase starts the pools need. Nothing here imports Airflow or reads settings
+(docs/design.md, "Admission by cases in flight (the default)").
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Admission at run time: whether the next shard run of a week may start now.
 
-The weekly run keeps its unfinished cases near a target (:func:`avsim.plan.admission.target_cases_in_flight`)
-instead of holding a fixed window of whole shard runs: the ``shard_start`` task of shard k starts its
-shard run as soon as fewer cases than the target are unfinished, not when a whole shard run ends.
-Shard runs are admitted in order: shard k waits while an earlier shard has neither a run nor an end
-(it is waiting for room itself, or for a retry), so a freed place goes to the earliest shard and many
-waiting shards never all start at once on the same free places.
-
-Everything here is a pure function of counts (:mod:`avsim.plan.week_counts` reads them from Airflow).
+``shard_start`` of shard k starts its shard run as soon as fewer cases than the target are unfinished
+(:func:`admit`), in shard order, so a freed place goes to the earliest shard; with the window, while
+fewer than W shard runs are in progress. Pure functions of counts (:mod:`avsim.plan.week_counts`
+reads them from Airflow; docs/design.md, "Admission by cases in flight (the default)").
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """The capacity planner: a discrete-event simulation of a weekly run on given capacity.
 
-It simulates the run in its real shape (shard runs of S cases admitted by cases in flight or W at a
-time, pools, the scheduler's loop, Airflow's ordering, retries, spot preemption with checkpoints and
-the on-demand fallback) under the same
-priority rule the scheduler applies (:func:`avsim.priority.critical_path_priority`), and compares
-it with Airflow's default ``downstream`` rule and FIFO. ``avsim plan`` is its command; the
-modules, leaf first:
-
-- :mod:`~avsim.planner.workload`: manifest -> cases and phases (:func:`workload_from_manifest`);
-- :mod:`~avsim.planner.options`: :class:`Capacity`, :class:`SimOptions`;
-- :mod:`~avsim.planner.simulate`: :func:`simulate` -> :class:`SimResult`;
-- :mod:`~avsim.planner.bounds`: :func:`lower_bound`, :func:`smallest_gpus`, and the closed forms
-  a deadline tracker calls in flight (:class:`WorkLeft`, :func:`estimate_finish_seconds`,
-  :func:`gpus_for_deadline`);
-- :mod:`~avsim.planner.report`: :func:`plan_capacity`, :func:`format_table`, :func:`plan_to_json`;
-- :mod:`~avsim.planner.inflight`: admission by cases in flight for a plan (the target, the pools'
-  pace, the scheduler's loop and its warning; the pure part is :mod:`avsim.plan.admission`);
-- :mod:`~avsim.planner.plot`: :func:`write_progress_plot` (imports matplotlib when called).
+``avsim plan`` is its command. Leaf first: :mod:`~avsim.planner.workload` (manifest -> cases),
+:mod:`~avsim.planner.options`, :mod:`~avsim.planner.simulate`, :mod:`~avsim.planner.bounds` (the lower
+bound and the deadline tracker's closed forms), :mod:`~avsim.planner.report`,
+:mod:`~avsim.planner.inflight` (admission for a plan), :mod:`~avsim.planner.calibration` and
+:mod:`~avsim.planner.plot` (docs/design.md, "Priority and capacity").
 """
 
 from __future__ import annotations

@@ -1,40 +1,10 @@
 """A discrete-event simulation of one run on given capacity, in the shape of the real run.
 
-What it models, as the scheduler and the DAGs do:
-
-- **shard runs**: cases cut into shards of ``shard_size`` in case order; at most
-  ``max_active_shards`` active; a shard run ends when its last case ends and the next one starts
-  then (after ``shard_start_seconds``); the run-level phases start when the last shard ends;
-- **pools**: spot GPUs, on-demand GPUs, CPUs. A GPU phase takes ``gpus`` slots, a CPU phase one;
-- **Airflow's order**: ready work is taken by ``-priority_weight``, then logical date (only when
-  shard runs have logical dates), then ``map_index`` (a case's position in its family group);
-  a task whose slots do not fit its pool's open slots waits and smaller ones behind it may pass;
-  with ``max_active_tasks_per_shard`` a shard run's tasks beyond the limit wait too, and with
-  ``parallelism`` every task beyond the executor's limit;
-- **the orchestrator's cost**: ``phase_overhead_seconds`` per attempt besides its work, so a chain
-  of N phases takes N x the overhead longer. Of it, the attempt holds its slots for
-  ``held_overhead_seconds`` before its work (task process, ledger, commit); the rest is latency
-  from the moment it could run (its upstream's end) to its being queued, holding nothing.
-  Preemptions and failures strike during the work;
-- **failures**: spot preemptions (Poisson per GPU-hour), lost work back to the last checkpoint;
-  what follows a failure is the real failure policy's decision (:func:`avsim.phases.policy.decide`):
-  retry after the class's delay within the task's budgets, hand a GPU phase over to its on-demand
-  twin (which starts at once, with budgets of its own) after ``on_demand_after_preemptions``; a
-  phase out of budget fails and its downstream phases never run (its case still ends, as failed).
-
-- **admission** (``cases_in_flight``): instead of the window of W whole shard runs, the next shard
-  run starts as soon as fewer than the target are unfinished (``max_active_shards`` caps the
-  active runs only where the caller asks: the weekly run admitting by cases has no such cap);
-- **tails**: ``hang_share`` of GPU phases hang on their first attempt until their lease expires,
-  ``slow_share`` of phases take ``slow_factor`` x their estimate; retries wait the policy's backoff;
-- **the scheduler's loop** (``scheduler_ms_per_task_instance``): loops run back to back, each as long
-  as the unfinished phase task instances of the active shard runs times that cost; a phase that
-  becomes ready is queued at the end of the first loop that begins after it (so it waits one to two
-  loops), one loop queues at most ``max_tis_per_loop`` (``[scheduler] max_tis_per_query``), and a
-  slot freed mid-loop is refilled at the loop's end. The result says what the loop carried.
-
-One event heap; no time steps. Every random draw is keyed by (seed, task, attempt), see
-:func:`avsim.planner.options.unit`.
+It models shard runs (by window or by cases in flight), the pools, Airflow's order and the
+scheduler's loop, the orchestrator's cost per phase, spot preemptions with checkpoints, the real
+failure policy's retries and on-demand fallback, and tails (hangs, slow phases). One event heap, no
+time steps; every draw is keyed by (seed, task, attempt)
+(docs/design.md, "The capacity planner's model").
 """
 
 from __future__ import annotations
