@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tests.unit.test_planner import CHAIN, phase, workload
+from tests.support.planner_workloads import CHAIN, phase, workload
 from typer.testing import CliRunner
 
 from avsim.cli import app
