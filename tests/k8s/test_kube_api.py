@@ -20,30 +20,9 @@ import pytest
 from kubernetes import client, config, watch
 from tests.support.kube_api import FakeKubeAPI
 from tests.support.kube_api.objects import PODS
+from tests.support.kube_phase_start import SLEEP, pod_body
 
 PY = sys.executable
-
-
-def pod_body(
-    name: str,
-    code: str = "pass",
-    *,
-    labels: dict[str, str] | None = None,
-    env: dict[str, str] | None = None,
-    **spec: Any,
-) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "base", "image": "avsim/sim:1", "command": [PY, "-c", code]}
-    if env:
-        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": {"restartPolicy": "Never", "containers": [container], **spec},
-    }
-
-
-SLEEP = "import time; time.sleep(60)"
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
-from tests.k8s.test_kube_api import SLEEP, pod_body
 from tests.support.kube_api import FakeKubeAPI
 from tests.support.kube_api.phases import phase_kube_api
+from tests.support.kube_phase_start import SLEEP, pod_body
 
 from avsim.kube import pods
 from avsim.kube.pod_sweep import sweep_leftover_pods
@@ -103,7 +103,7 @@ def test_a_phase_marked_failed_while_deferred_leaves_no_pod_once_its_shard_summa
     """The real operator defers (its pod and Lease created); no triggerer ever runs its trigger (the
     user marked the task failed first: Airflow dropped the trigger). The shard's ``summarize`` on the
     Kubernetes backend deletes both; the summary is written all the same."""
-    from tests.k8s.test_user_kill import start_phase
+    from tests.support.kube_phase_start import start_phase
 
     from avsim.contracts import RunDescriptor
     from avsim.dagbuild import tasks

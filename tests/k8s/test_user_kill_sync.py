@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.k8s.test_user_kill import (
+from tests.support.kube_api import FakeKubeAPI
+from tests.support.kube_api.phases import phase_kube_api
+from tests.support.kube_phase_start import (
     NAMESPACE,
     PhaseTI,
     ledger_of,
@@ -34,8 +36,6 @@ from tests.k8s.test_user_kill import (
     prepared_week,
     running,
 )
-from tests.support.kube_api import FakeKubeAPI
-from tests.support.kube_api.phases import phase_kube_api
 
 from avsim.kube import pod_spec
 
