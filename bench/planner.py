@@ -12,7 +12,7 @@ fixed capacity. Reported, each as a ratio measured in the same run:
 3. at the recommended shape: spot preemption (5 %/GPU-hour) with checkpoints, makespan / the
    same run without preemption (target at most 1.10), and without checkpoints for reference;
    durations spread ±30 %; the shard DAG's per-run task limit;
-4. admission by cases in flight (issue 29): the target :mod:`avsim.plan.admission` derives from the
+4. admission by cases in flight (issue 29): the target :mod:`avsim.plan.inflight` derives from the
    pools, small shard runs admitted as finished cases make room, against today's window of whole
    shard runs (S = 250, W = 6), both simulated by the same code, without and with the scheduler's
    loop (``[avsim] scheduler_ms_per_task_instance``, 3 ms here): makespan / bound, the most
@@ -166,7 +166,8 @@ def admission(
     w: Workload, cap: Capacity, args: argparse.Namespace, bound: float, headrooms: tuple[float, ...]
 ) -> None:
     """Section 4: admission by cases in flight against today's window, by the same simulation."""
-    from avsim.plan.admission import (
+    from avsim.plan.admission import admission_shard_size
+    from avsim.plan.inflight import (
         HEADROOM,
         Pools,
         binding_pool,
@@ -174,7 +175,6 @@ def admission(
         scheduler_feed,
         target_cases_in_flight,
     )
-    from avsim.plan.admit import admission_shard_size
 
     load = w.case_load()
     pools = Pools(spot_gpus=cap.gpus, cpus=cap.cpus, on_demand_gpus=cap.on_demand_gpus)
@@ -213,7 +213,7 @@ def admission(
         got = row(f"S=250 W=6 {n:,} in flight (x{h:g})", replace(today, cases_in_flight=n))
         if n == target:
             plain, looped = got
-    # What the weekly run ships: shard runs of a third of the target (avsim.plan.admit), no cap on
+    # What the weekly run ships: shard runs of a third of the target (avsim.plan.admission), no cap on
     # the shard runs in progress (W only sizes the window).
     shipped_size = admission_shard_size(len(w.cases), target, 250)
     shipped = replace(today, shard_size=shipped_size, cases_in_flight=target, max_active_shards=100_000)

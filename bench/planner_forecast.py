@@ -390,9 +390,9 @@ def week_admission(doc: dict[str, Any], args: argparse.Namespace) -> tuple[int, 
     estimates, no overhead (it is scale-free), at least the cases the scheduler carries comfortably at
     the shipped ``[avsim] scheduler_ms_per_task_instance``, and S from the cases outside the canary."""
     from avsim.manifest.validation import validate_manifest
-    from avsim.plan.admission import Pools, comfortable_cases, target_cases_in_flight
-    from avsim.plan.admit import admission_shard_size
+    from avsim.plan.admission import admission_shard_size
     from avsim.plan.canary import canary_size
+    from avsim.plan.inflight import Pools, comfortable_cases, target_cases_in_flight
     from avsim.planner import workload_from_manifest
     from avsim.settings import AvsimSettings
 

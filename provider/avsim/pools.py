@@ -215,7 +215,7 @@ def _sync(specs: tuple[PoolSpec, ...], session: Any) -> list[PoolChange]:
 def api_pool_slots(conn_id: str, gpu_spot_pool: str, cpu_pool: str) -> tuple[int | None, int | None]:
     """The GPU spot and CPU pools' slots now, through Airflow's REST API (connection ``conn_id``,
     ``[avsim] airflow_api_conn_id``): what a worker reads, having no database (None for a pool that
-    does not exist). Admission sizes a week's cases in flight from them (:mod:`avsim.plan.admit`)."""
+    does not exist). Admission sizes a week's cases in flight from them (:mod:`avsim.plan.admission`)."""
     from avsim.hooks.airflow_api import AirflowApiHook
 
     hook = AirflowApiHook(conn_id)

@@ -221,7 +221,7 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     "cases_in_flight": (
         "0",
         "integer",
-        "Unfinished cases a week keeps in flight. 0: derived from the pools (avsim.plan.admission: "
+        "Unfinished cases a week keeps in flight. 0: derived from the pools (avsim.plan.inflight: "
         "Little's law over the binding pool, times a measured headroom; docs/design.md).",
     ),
     "scheduler_ms_per_task_instance": (

@@ -23,8 +23,8 @@ from tests.support.stacks import weekly_stack
 from avsim.devstack.stack import LocalStack
 from avsim.manifest.models import Manifest
 from avsim.manifest.sample import sample_manifest
-from avsim.plan.admission import Pools, target_cases_in_flight
-from avsim.plan.admit import admission_shard_size
+from avsim.plan.admission import admission_shard_size
+from avsim.plan.inflight import Pools, target_cases_in_flight
 from avsim.planner.workload import workload_from_manifest
 
 pytestmark = pytest.mark.integration

@@ -161,7 +161,7 @@ def test_shard_dag_has_one_mapped_group_per_family(dagbag) -> None:
     # canaries included: the weekly run admits shard runs, and an admitted one never queues behind a
     # shard run held by a straggler.
     from avsim.dagbuild.weekly import WEEKS_AT_ONCE
-    from avsim.plan.admit import MAX_SHARD_RUNS
+    from avsim.plan.admission import MAX_SHARD_RUNS
 
     assert dag.max_active_runs == WEEKS_AT_ONCE * (max(MAX_SHARD_RUNS, plan.max_active_shards) + 1)
     assert dag.max_active_tasks >= 2 * plan.shard_size

@@ -58,7 +58,7 @@ class _Contract(BaseModel):
 
 
 class AdmissionPlan(_Contract):
-    """How a week admits its shard runs by cases in flight (:mod:`avsim.plan.admit`): ``prepare``
+    """How a week admits its shard runs by cases in flight (:mod:`avsim.plan.admission`): ``prepare``
     writes it into the run descriptor, each ``shards`` task reads it before starting its shard run."""
 
     #: ``[avsim] cases_in_flight`` when above 0: the target whatever the pools.
@@ -69,11 +69,11 @@ class AdmissionPlan(_Contract):
     #: configured one or the window's W x S).
     spot_gpus: int | None = None
     cpus: int | None = None
-    #: The mean case as :class:`avsim.plan.admission.CaseLoad` has it (its fields): a ``shards`` task
+    #: The mean case as :class:`avsim.plan.inflight.CaseLoad` has it (its fields): a ``shards`` task
     #: derives the target again from the pools' slots at that moment (the deadline tracker may raise them).
     load: dict[str, float] = Field(default_factory=dict)
     #: The fewest cases it keeps in flight whatever the pools: those the scheduler carries comfortably
-    #: (:func:`avsim.plan.admission.comfortable_cases`); a week no larger is not throttled.
+    #: (:func:`avsim.plan.inflight.comfortable_cases`); a week no larger is not throttled.
     floor: int = Field(default=0, ge=0)
 
 

@@ -236,11 +236,11 @@ def week_admission(
 
     ``[avsim] admission = window``: none, and shard runs of ``shard_size``. Else the target of cases in
     flight from ``[avsim] cases_in_flight`` or the pools' slots and the manifest's estimates
-    (:func:`avsim.plan.admit.admission_plan`), and shard runs of about a third of it
-    (:func:`avsim.plan.admit.admission_shard_size`). When the slots cannot be read, the window's W x S
+    (:func:`avsim.plan.admission.admission_plan`), and shard runs of about a third of it
+    (:func:`avsim.plan.admission.admission_shard_size`). When the slots cannot be read, the window's W x S
     and shard runs of ``shard_size``: the week runs as the window would have run it."""
-    from avsim.plan.admission import comfortable_cases
-    from avsim.plan.admit import admission_plan, admission_shard_size
+    from avsim.plan.admission import admission_plan, admission_shard_size
+    from avsim.plan.inflight import comfortable_cases
     from avsim.planner.workload import workload_from_manifest
 
     if settings.admission == "window":

@@ -20,7 +20,7 @@ from avsim.dagbuild.phase_args import backend_kwargs, phase_operator_class, phas
 from avsim.errors import ManifestError
 from avsim.manifest.models import RunClass
 from avsim.phases.policy import Role
-from avsim.plan.admit import MAX_SHARD_RUNS
+from avsim.plan.admission import MAX_SHARD_RUNS
 from avsim.plan.model import FamilyPlan, WeeklyPlan
 from avsim.retries import control_retries
 from avsim.settings import AvsimSettings

@@ -202,7 +202,7 @@ class ShardRunOperator(TriggerDagRunOperator):
     def target(self, plan: AdmissionPlan) -> int:
         """The week's cases in flight now, from the pools' slots now (the prepared target when they
         cannot be read: admission never stops a week for want of a pool reading)."""
-        from avsim.plan.admit import week_target
+        from avsim.plan.admission import week_target
         from avsim.pools import api_pool_slots
 
         spot = cpus = None
@@ -217,7 +217,7 @@ class ShardRunOperator(TriggerDagRunOperator):
 
     def _wait_for_room(self, context: Context) -> None:
         """Defer on :class:`avsim.triggers.admission.ShardAdmissionTrigger` until this shard's cases fit
-        beside the week's unfinished ones (:func:`avsim.plan.admit.admit`); return at once when they do."""
+        beside the week's unfinished ones (:func:`avsim.plan.admission.admit`); return at once when they do."""
         from avsim.plan.week_counts import ExecutionApiCounts, WeekShape, decide_now
         from avsim.triggers.admission import ShardAdmissionTrigger
 

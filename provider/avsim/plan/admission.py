@@ -1,276 +1,179 @@
-"""How many cases a week keeps in flight, and what that costs the scheduler: pure functions.
+"""Admission at run time: whether the next shard run of a week may start now.
 
-The target: by Little's law, the binding pool's case rate times a case's end-to-end time, times
-:data:`HEADROOM`, and at least the cases the scheduler carries comfortably (:func:`comfortable_cases`);
-``[avsim] cases_in_flight`` overrides it. :func:`scheduler_feed` says whether one scheduler loop can
-queue the phase starts the pools need. Nothing here imports Airflow or reads settings
-(docs/design.md, "Admission by cases in flight (the default)").
+``shard_start`` of shard k starts its shard run as soon as fewer cases than the target are unfinished
+(:func:`admit`), in shard order, so a freed place goes to the earliest shard; with the window, while
+fewer than W shard runs are in progress. Pure functions of counts (:mod:`avsim.plan.week_counts`
+reads them from Airflow; docs/design.md, "Admission by cases in flight (the default)").
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import math
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from avsim.contracts import AdmissionPlan
 from avsim.errors import AvsimError
-from avsim.plan.graph import remaining_path
+from avsim.plan.inflight import AdmissionError, CaseLoad, Pools, target_cases_in_flight
 
-#: Target cases in flight / the Little's-law minimum (:attr:`CaseLoad.littles_law_cases`). Measured by
-#: ``bench/planner.py`` (section 4: 10,000 sample cases, 280 spot GPUs, 200 CPU slots, S = 250, W = 6):
-#: the smallest factor of the sweep whose makespan is within 1 % of the lower bound (1.009; 1.75 gave
-#: 1.015, 1.5 gave 1.040).
-HEADROOM = 2.0
+#: A shard run holds at most this share of the target. ``bench/planner.py`` (10,000 sample cases, 280
+#: GPUs, target 702, W = 6): 0.36 (S = 250) ends within 1.009 x the lower bound, 0.33 (234) 1.013, 0.25
+#: (175) 1.012 to 1.018 with W = 8 to 12, 0.48 1.040 and 0.57 1.414: below about 0.4 the makespan only
+#: moves with how the shard runs' tails interleave; above half a shard run waits for so many free places
+#: that few are active and the GPUs idle while the week drains between them.
+SHARD_SHARE = 0.36
 
-#: Airflow's default ``[scheduler] max_tis_per_query``: the most task instances one loop queues.
-DEFAULT_MAX_TIS_PER_LOOP = 16
-
-#: The shortest loop the planner assumes (a loop with nothing to evaluate still makes its queries).
-MIN_LOOP_SECONDS = 0.1
-
-
-class AdmissionError(AvsimError):
-    """The figures given cannot size admission (no slots for a pool some phase needs, bad settings)."""
+#: Most shard runs a week is cut into under admission, so the grid's ``shards`` map indexes stay a
+#: readable list: a week much larger than its target gets shard runs above :data:`SHARD_SHARE`.
+MAX_SHARD_RUNS = 200
 
 
-@dataclass(frozen=True)
-class PhaseLoad:
-    """One phase of a case as admission sees it."""
-
-    name: str
-    upstream: tuple[str, ...]
-    #: GPUs it holds; 0 for a CPU phase (one CPU slot).
-    gpus: int
-    seconds: float
-    #: Its task has an on-demand twin task instance (a GPU phase with a preemption budget).
-    twin: bool = False
-
-    @property
-    def task_instances(self) -> int:
-        return 2 if self.twin else 1
+def admission_shard_size(cases: int, target: int, largest: int) -> int:
+    """The shard size S a week of ``cases`` cases is cut into when admitting by ``target`` cases in
+    flight: :data:`SHARD_SHARE` of the target (about a third), at most ``largest`` (``[avsim] shard_size``), and at
+    least what keeps the week within :data:`MAX_SHARD_RUNS` shard runs."""
+    if cases < 0 or target < 1 or largest < 1:
+        raise AvsimError(f"shard size for {cases} cases, target {target}, largest {largest}: bad figures")
+    fewest = math.ceil(cases / MAX_SHARD_RUNS) if cases else 1
+    return max(1, min(largest, max(int(target * SHARD_SHARE), fewest)))
 
 
-@dataclass(frozen=True)
-class Pools:
-    spot_gpus: int
-    cpus: int
-    on_demand_gpus: int = 0
-    #: ``[core] parallelism``: most phases running at once whatever their pool; ``None``: no limit.
-    parallelism: int | None = None
-
-    def __post_init__(self) -> None:
-        if min(self.spot_gpus, self.cpus, self.on_demand_gpus) < 0:
-            raise AdmissionError(f"pools {self}: slots must be 0 or more")
-        if self.parallelism is not None and self.parallelism < 1:
-            raise AdmissionError(f"parallelism = {self.parallelism}: use 1 or more")
-
-
-@dataclass(frozen=True)
-class CaseLoad:
-    """The mean case of a week, in the terms admission needs."""
-
-    cases: int
-    #: GPU-seconds (GPUs x seconds) and CPU-seconds per case: the work and the part of each phase's
-    #: overhead it holds its slots for.
-    gpu_seconds: float
-    cpu_seconds: float
-    #: End to end, alone: the longest path through its phases, each with its per-phase overhead.
-    path_seconds: float
-    phases: float
-    #: Phase task instances per case (a twin is one more).
-    task_instances: float
-    #: Of them, on-demand twins.
-    twin_task_instances: float
-    #: Seconds its phases run, each counted once whatever its GPUs (what ``[core] parallelism`` caps).
-    slot_seconds: float = 0.0
-
-    @classmethod
-    def of_cases(
-        cls,
-        cases: Iterable[Sequence[PhaseLoad]],
-        *,
-        phase_overhead_seconds: float = 0.0,
-        held_overhead_seconds: float | None = None,
-    ) -> CaseLoad:
-        """The mean over ``cases`` (each: its phases): every phase's path lengthened by the overhead,
-        its slots held for ``held_overhead_seconds`` of it beyond its work (default: all of it), as
-        the planner's simulation and lower bound count them."""
-        held = phase_overhead_seconds if held_overhead_seconds is None else held_overhead_seconds
-        n = 0
-        gpu = cpu = path = phases = tis = twins = running = 0.0
-        paths: dict[int, float] = {}
-        for case in cases:
-            n += 1
-            for p in case:
-                if p.gpus:
-                    gpu += (p.seconds + held) * p.gpus
-                else:
-                    cpu += p.seconds + held
-                running += p.seconds + held
-            phases += len(case)
-            tis += sum(p.task_instances for p in case)
-            twins += sum(1 for p in case if p.twin)
-            found = paths.get(id(case))
-            if found is None:
-                found = paths[id(case)] = _path(case, phase_overhead_seconds)
-            path += found
-        if not n:
-            raise AdmissionError("no cases: nothing to admit")
-        return cls(n, gpu / n, cpu / n, path / n, phases / n, tis / n, twins / n, running / n)
-
-    def case_rate(self, pools: Pools) -> float:
-        """Cases a second when the binding pool is full (:func:`binding_pool` names it)."""
-        return min(_rates(self, pools).values())
-
-    def littles_law_cases(self, pools: Pools) -> float:
-        """Cases in flight that would keep the binding pool full if no phase ever waited."""
-        return self.case_rate(pools) * self.path_seconds
-
-
-def _path(case: Sequence[PhaseLoad], overhead: float) -> float:
-    names = {p.name for p in case}
-    deps = {p.name: [u for u in p.upstream if u in names] for p in case}
-    seconds = {p.name: p.seconds + overhead for p in case}
-    return max(remaining_path(deps, seconds).values(), default=0.0)
-
-
-def _rates(load: CaseLoad, pools: Pools) -> dict[str, float]:
-    rates = {}
-    if load.gpu_seconds:
-        if not pools.spot_gpus:
-            raise AdmissionError("cases have GPU phases and the spot GPU pool has no slots")
-        rates["GPU"] = pools.spot_gpus / load.gpu_seconds
-    if load.cpu_seconds:
-        if not pools.cpus:
-            raise AdmissionError("cases have CPU phases and the CPU pool has no slots")
-        rates["CPU"] = pools.cpus / load.cpu_seconds
-    if pools.parallelism is not None and load.slot_seconds:
-        rates["executor"] = pools.parallelism / load.slot_seconds
-    if not rates:
-        raise AdmissionError("cases have no work: nothing sets a pace")
-    return rates
-
-
-def binding_pool(load: CaseLoad, pools: Pools) -> str:
-    """``GPU``, ``CPU`` or ``executor`` (``[core] parallelism``): what is full first."""
-    rates = _rates(load, pools)
-    return min(rates, key=lambda k: rates[k])
-
-
-#: The scheduler loop a week's cases in flight may cost before admission holds any back (seconds):
-#: Airflow's scheduler heartbeat, so a phase that becomes ready waits at most about one heartbeat for
-#: the loop that queues it. Below the cases that fill it (:func:`comfortable_cases`) a week is not
-#: throttled, and every week keeps at least that many in flight: with few GPUs, Little's law alone
-#: admits so few cases that no GPU phase of the week waits in front of the pool, and a lower class
-#: takes the slots its priority should have kept; and a case counts as finished only when its last,
-#: lowest-ranked phase ends, so a small target refills in waves (docs/design.md, "Admission by cases
-#: in flight").
-COMFORTABLE_LOOP_SECONDS = 5.0
-
-
-def comfortable_cases(load: CaseLoad, ms_per_task_instance: float) -> int:
-    """Cases whose task instances keep the scheduler's loop within :data:`COMFORTABLE_LOOP_SECONDS` at
-    ``ms_per_task_instance`` (``[avsim] scheduler_ms_per_task_instance``); 0 when that is not known."""
-    if ms_per_task_instance <= 0 or load.task_instances <= 0:
+def shard_case_count(shard: int, cases: int, shard_size: int) -> int:
+    """Cases of shard ``shard`` (numbered from 1) when ``cases`` cases are cut into consecutive shards
+    of ``shard_size`` (:func:`avsim.plan.shards.cut_shards`); 0 past the last."""
+    if shard < 1 or shard_size < 1:
         return 0
-    task_instances = COMFORTABLE_LOOP_SECONDS * 1000.0 / ms_per_task_instance
-    return max(1, int(task_instances / load.task_instances))
-
-
-def target_cases_in_flight(
-    load: CaseLoad, pools: Pools, *, configured: int = 0, headroom: float = HEADROOM, floor: int = 0
-) -> int:
-    """The unfinished cases a week keeps in flight: ``configured`` when above 0 (``[avsim]
-    cases_in_flight``), else ``headroom`` x the Little's-law figure, rounded up, and at least ``floor``
-    (:func:`comfortable_cases`); never more than the week's cases, never below 1."""
-    if configured < 0:
-        raise AdmissionError(f"cases_in_flight = {configured}: use 0 (derive) or more")
-    if headroom < 1:
-        raise AdmissionError(f"headroom = {headroom}: use 1 or more")
-    if configured:
-        return configured
-    derived = math.ceil(headroom * load.littles_law_cases(pools))
-    return max(1, min(load.cases, max(derived, floor)))
-
-
-#: Shard runs of more than this share of the target are too coarse to follow it: each one admitted
-#: takes the week up to a shard run above the target, which the scheduler's loop carries.
-COARSE_SHARE = 0.5
-
-
-def coarse_shard_runs(shard_size: int, cases_in_flight: int) -> bool:
-    """Shard runs too large for admission to follow ``cases_in_flight``: each admitted takes the week
-    up to ``shard_size`` (more than :data:`COARSE_SHARE` of the target) above it, and with a shard run
-    larger than the target the loop carries a whole shard run, not the target."""
-    return shard_size > COARSE_SHARE * cases_in_flight
-
-
-def phase_starts_per_second(load: CaseLoad, pools: Pools) -> float:
-    """Phase attempts a second the pools need at full occupancy (the binding pool full, the other
-    as busy as the cases it feeds), without retries."""
-    return load.case_rate(pools) * load.phases
-
-
-def loop_seconds(task_instances: float, ms_per_task_instance: float) -> float:
-    """Airflow 3.3's scheduler loop with ``task_instances`` unfinished phase task instances in the
-    active runs, at ``ms_per_task_instance`` each (at least :data:`MIN_LOOP_SECONDS`)."""
-    if ms_per_task_instance < 0 or task_instances < 0:
-        raise AdmissionError("task instances and milliseconds per task instance must be 0 or more")
-    return max(MIN_LOOP_SECONDS, task_instances * ms_per_task_instance / 1000.0)
+    return max(0, min(shard_size, cases - (shard - 1) * shard_size))
 
 
 @dataclass(frozen=True)
-class SchedulerFeed:
-    """Whether the scheduler keeps up with the pools at a number of cases in flight."""
+class InFlight:
+    """A week's cases as admission counts them, seen from one shard."""
 
-    cases_in_flight: int
-    #: Unfinished phase task instances at that count (every case's all: the most, at admission).
-    task_instances: float
-    loop_seconds: float
-    starts_per_second: float
-    #: The most task instances one loop queues (``[scheduler] max_tis_per_query``).
-    max_per_loop: int
-
-    @property
-    def starts_per_loop(self) -> float:
-        """Phase starts the pools need during one loop."""
-        return self.starts_per_second * self.loop_seconds
+    #: Cases of the week's shard runs that exist (the canary's included).
+    admitted_cases: int
+    #: Of them, cases whose every last phase has ended (passed, failed, or ruled out).
+    finished_cases: int
+    #: The earliest shard before this one with neither a shard run nor an ended ``shard_start`` task
+    #: (it starts first); None when there is none.
+    earlier_waiting: int | None = None
+    #: The week's shard runs in progress (the canary's included).
+    active_runs: int = 0
 
     @property
-    def load(self) -> float:
-        """Starts needed per loop / starts one loop queues: above 1 the scheduler cannot feed the pools."""
-        return self.starts_per_loop / self.max_per_loop
+    def unfinished_cases(self) -> int:
+        return max(0, self.admitted_cases - self.finished_cases)
+
+
+class AdmissionVerdict(enum.Enum):
+    ADMIT = "admit"
+    #: An earlier shard starts first.
+    WAIT_TURN = "wait_turn"
+    #: Too many cases in flight.
+    WAIT_ROOM = "wait_room"
+
+
+@dataclass(frozen=True)
+class Admission:
+    verdict: AdmissionVerdict
+    reason: str
 
     @property
-    def max_starts_per_second(self) -> float:
-        """The most phases a second the scheduler queues at this loop: ``max_per_loop / loop``."""
-        return self.max_per_loop / self.loop_seconds
-
-    @property
-    def can_feed(self) -> bool:
-        return self.load <= 1.0
+    def admitted(self) -> bool:
+        return self.verdict is AdmissionVerdict.ADMIT
 
 
-def scheduler_feed(
-    load: CaseLoad,
-    pools: Pools,
-    cases_in_flight: int,
-    *,
-    ms_per_task_instance: float,
-    max_per_loop: int = DEFAULT_MAX_TIS_PER_LOOP,
-) -> SchedulerFeed:
-    """The scheduler's loop at ``cases_in_flight`` and whether it can queue the starts the pools need.
+def admit(shard: int, size: int, in_flight: InFlight, target: int) -> Admission:
+    """Whether shard ``shard`` (``size`` cases) may start its run now, ``target`` cases in flight.
 
-    The loop carries every unfinished task instance of the cases in flight (at most all of each
-    case's, :attr:`CaseLoad.task_instances`); one loop queues at most ``max_per_loop``. So the pools
-    starve when ``starts/s x loop > max_per_loop``, whatever the slots."""
-    if max_per_loop < 1:
-        raise AdmissionError(f"max_per_loop = {max_per_loop}: use 1 or more")
-    tis = cases_in_flight * load.task_instances
-    return SchedulerFeed(
-        cases_in_flight=cases_in_flight,
-        task_instances=tis,
-        loop_seconds=loop_seconds(tis, ms_per_task_instance),
-        starts_per_second=phase_starts_per_second(load, pools),
-        max_per_loop=max_per_loop,
+    It waits for an earlier shard that has not started; else it starts as soon as fewer than
+    ``target`` cases are unfinished. The target is what the week never drops below while cases wait
+    to start, so a shard run refills it the moment a case ends and the week peaks at ``target + size
+    - 1``: waiting until a whole shard run fits would let the week sink to ``target - size`` before
+    every start, and the GPUs idle behind the week's stragglers."""
+    unfinished = in_flight.unfinished_cases
+    if in_flight.earlier_waiting is not None:
+        return Admission(
+            AdmissionVerdict.WAIT_TURN,
+            f"shard {in_flight.earlier_waiting} has not started yet and goes first",
+        )
+    if unfinished < target:
+        return Admission(
+            AdmissionVerdict.ADMIT,
+            f"{unfinished} cases in flight < target {target}: shard {shard} ({size} cases) starts",
+        )
+    return Admission(
+        AdmissionVerdict.WAIT_ROOM,
+        f"{unfinished} cases in flight >= target {target}: waiting for {unfinished - target + 1} to finish",
     )
+
+
+def admit_by_window(shard: int, in_flight: InFlight, window: int) -> Admission:
+    """``[avsim] admission = window``: shard ``shard`` starts when fewer than ``window`` (W) shard runs
+    are in progress and no earlier shard is still to start."""
+    if in_flight.earlier_waiting is not None:
+        return Admission(
+            AdmissionVerdict.WAIT_TURN,
+            f"shard {in_flight.earlier_waiting} has not started yet and goes first",
+        )
+    if in_flight.active_runs < window:
+        return Admission(
+            AdmissionVerdict.ADMIT, f"{in_flight.active_runs} shard runs in progress < W = {window}"
+        )
+    return Admission(
+        AdmissionVerdict.WAIT_ROOM,
+        f"{in_flight.active_runs} shard runs in progress, W = {window}: waiting for one to end",
+    )
+
+
+def admission_plan(
+    load: CaseLoad,
+    *,
+    spot_gpus: int | None,
+    cpus: int | None,
+    configured: int,
+    fallback: int,
+    floor: int = 0,
+) -> AdmissionPlan:
+    """A week's :class:`~avsim.contracts.AdmissionPlan`: its target from ``configured`` (``[avsim]
+    cases_in_flight``) when above 0, else from the pools' slots and at least ``floor``
+    (:func:`avsim.plan.inflight.comfortable_cases`); ``fallback`` (or the floor) when the slots are not
+    known or cannot run the cases (a pool without slots: the phases then wait for it whatever is
+    admitted, and ``avsim plan`` names the pool)."""
+    doc = {k: float(v) for k, v in dataclasses.asdict(load).items()}
+    floor = min(floor, load.cases)
+    plan = AdmissionPlan(
+        configured=configured,
+        target=max(1, fallback, floor),
+        spot_gpus=spot_gpus,
+        cpus=cpus,
+        load=doc,
+        floor=floor,
+    )
+    return plan.model_copy(update={"target": week_target(plan, spot_gpus, cpus)})
+
+
+def week_target(plan: AdmissionPlan, spot_gpus: int | None, cpus: int | None) -> int:
+    """The cases a week keeps in flight now: the configured target, else the one the pools' slots
+    (``spot_gpus``, ``cpus``: read now; the deadline tracker may have raised them) give the week's
+    mean case; the prepared target when the slots are unknown."""
+    if plan.configured:
+        return plan.configured
+    if spot_gpus is None or cpus is None or not plan.load:
+        return plan.target
+    doc = plan.load
+    try:
+        load = CaseLoad(
+            cases=int(doc["cases"]),
+            gpu_seconds=doc["gpu_seconds"],
+            cpu_seconds=doc["cpu_seconds"],
+            path_seconds=doc["path_seconds"],
+            phases=doc["phases"],
+            task_instances=doc["task_instances"],
+            twin_task_instances=doc["twin_task_instances"],
+            slot_seconds=doc.get("slot_seconds", 0.0),
+        )
+        return target_cases_in_flight(load, Pools(spot_gpus=spot_gpus, cpus=cpus), floor=plan.floor)
+    except (AdmissionError, KeyError):
+        return plan.target

@@ -1,4 +1,4 @@
-"""A week's cases in flight, counted from Airflow for admission (:mod:`avsim.plan.admit`).
+"""A week's cases in flight, counted from Airflow for admission (:mod:`avsim.plan.admission`).
 
 :class:`ExecutionApiCounts` reads task-instance states and counts through the execution API (the
 deadline tracker counts through it too); a test gives its own :class:`WeekCounts`. One count costs
@@ -15,7 +15,14 @@ from typing import Any, Protocol
 
 from avsim.artifacts import canary_run_id, shard_run_id, week_run_ids
 from avsim.contracts import RunDescriptor
-from avsim.plan.admit import Admission, AdmissionVerdict, InFlight, admit, admit_by_window, shard_case_count
+from avsim.plan.admission import (
+    Admission,
+    AdmissionVerdict,
+    InFlight,
+    admit,
+    admit_by_window,
+    shard_case_count,
+)
 
 #: Task-instance states in which a task instance has ended (or was ruled out) and will not run again
 #: unless cleared.
@@ -192,7 +199,7 @@ def case_end_tasks(families: Sequence[Any]) -> tuple[tuple[str, ...], ...]:
 
 
 def read_in_flight(counts: WeekCounts, week: WeekShape, shard: int) -> InFlight:
-    """The week's cases in flight as shard ``shard`` sees them (:class:`avsim.plan.admit.InFlight`).
+    """The week's cases in flight as shard ``shard`` sees them (:class:`avsim.plan.admission.InFlight`).
 
     A shard run is in progress from its creation until its ``summarize`` ends (it runs whatever its
     cases did, last): an ended one holds no case, a repaired one (``summarize`` cleared) holds its
@@ -229,7 +236,7 @@ def read_in_flight(counts: WeekCounts, week: WeekShape, shard: int) -> InFlight:
 
 def decide(week: WeekShape, shard: int, found: InFlight, target: int) -> Admission:
     """Shard ``shard``'s admission over ``found``: by W shard runs when the week has a window, else by
-    ``target`` cases in flight (:mod:`avsim.plan.admit`)."""
+    ``target`` cases in flight (:mod:`avsim.plan.admission`)."""
     if week.window:
         return admit_by_window(shard, found, week.window)
     return admit(shard, week.size_of(shard), found, target)
@@ -272,7 +279,7 @@ def decide_now(
     turn_checks: int = 10,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Admission:
-    """Whether shard ``shard`` starts now (:func:`avsim.plan.admit.admit` over a fresh count). Waiting
+    """Whether shard ``shard`` starts now (:func:`avsim.plan.admission.admit` over a fresh count). Waiting
     for an earlier shard's turn, it counts again up to ``turn_checks`` times a second apart: the W
     ``shards`` tasks start together and the earlier one is usually creating its run that second, so a
     deferral (at least 15 s, :mod:`avsim.resume`) would cost more."""

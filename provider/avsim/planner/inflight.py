@@ -1,12 +1,13 @@
 """The planner's side of admission by cases in flight: the options a plan simulates, and what
-``avsim plan`` says about the pools' pace and the scheduler's loop (:mod:`avsim.plan.admission`)."""
+``avsim plan`` says about the pools' pace and the scheduler's loop (:mod:`avsim.plan.inflight`)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
 
-from avsim.plan.admission import (
+from avsim.plan.admission import admission_shard_size
+from avsim.plan.inflight import (
     COMFORTABLE_LOOP_SECONDS,
     HEADROOM,
     CaseLoad,
@@ -18,7 +19,6 @@ from avsim.plan.admission import (
     scheduler_feed,
     target_cases_in_flight,
 )
-from avsim.plan.admit import admission_shard_size
 from avsim.planner.options import Capacity, SimOptions
 from avsim.planner.result import SimResult
 from avsim.planner.workload import Workload
@@ -48,7 +48,7 @@ def admission_options(
 ) -> SimOptions:
     """``options`` admitting by cases in flight as the weekly run does: ``cases_in_flight`` (0: derived
     from the pools and the workload), shard runs of a third of it, at most ``options.shard_size``
-    (:func:`avsim.plan.admit.admission_shard_size`). ``max_active_shards`` caps the active shard runs;
+    (:func:`avsim.plan.admission.admission_shard_size`). ``max_active_shards`` caps the active shard runs;
     ``None``: no cap besides the week's shard runs (the cases in flight bind)."""
     load = case_load(workload, options)
     target = target_cases_in_flight(

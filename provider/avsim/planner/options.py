@@ -87,7 +87,7 @@ class SimOptions:
     #: Admission by cases in flight: ``None`` is the window of whole shard runs (a shard run is
     #: admitted when one of the W active ends, what runs today); a number N admits the next shard run
     #: as soon as fewer than N cases are unfinished (never below N while cases wait, at most W shard
-    #: runs active; one is always admitted when none is). See :mod:`avsim.plan.admission`.
+    #: runs active; one is always admitted when none is). See :mod:`avsim.plan.inflight`.
     cases_in_flight: int | None = None
     #: The scheduler's loop: milliseconds per unfinished phase task instance of the active shard runs
     #: (``[avsim] scheduler_ms_per_task_instance``). Above 0, a phase that becomes ready is queued at

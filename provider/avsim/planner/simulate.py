@@ -16,7 +16,7 @@ from typing import Any
 
 from avsim.phases.contract import NODE_CPU, NODE_ON_DEMAND, NODE_SPOT, Outcome
 from avsim.phases.policy import Action, Role, decide, node_class_for
-from avsim.plan.admission import loop_seconds
+from avsim.plan.inflight import loop_seconds
 from avsim.planner.options import (
     SALT_FAIL,
     SALT_FAIL_AT,
@@ -280,7 +280,7 @@ class _Simulation:
         o = self.options
         while self.next_shard < self.n_shards and self.active_runs < o.max_active_shards:
             # Admitting by cases: the next shard run refills the week while fewer than the target are
-            # unfinished (avsim.plan.admit.admit).
+            # unfinished (avsim.plan.admission.admit).
             if o.cases_in_flight is not None and self.active_runs and self.open_cases >= o.cases_in_flight:
                 break
             size = len(self.shard_cases[self.next_shard])

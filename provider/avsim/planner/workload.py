@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from avsim.manifest.models import Manifest, PhaseSpec, ResourceClass, RetrySpec, RunClass, RunPhaseSpec
-from avsim.plan.admission import CaseLoad, PhaseLoad
 from avsim.plan.catalog import shape_fingerprint
 from avsim.plan.graph import remaining_path, topological_order
+from avsim.plan.inflight import CaseLoad, PhaseLoad
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class Workload:
     def case_load(
         self, phase_overhead_seconds: float = 0.0, held_overhead_seconds: float | None = None
     ) -> CaseLoad:
-        """The mean case, as :mod:`avsim.plan.admission` sizes the cases in flight from it."""
+        """The mean case, as :mod:`avsim.plan.inflight` sizes the cases in flight from it."""
         memo: dict[int, tuple[PhaseLoad, ...]] = {}
 
         def loads(phases: tuple[PhaseWork, ...]) -> tuple[PhaseLoad, ...]:

@@ -2,7 +2,7 @@
 
 :class:`ShardAdmissionTrigger` counts the week's unfinished cases every ``poll_interval`` seconds
 through the execution API (:func:`avsim.plan.week_counts.read_in_flight`) and fires ``admitted`` when
-shard k may start (:func:`avsim.plan.admit.admit`), ``recheck`` after ``recheck_seconds`` without room,
+shard k may start (:func:`avsim.plan.admission.admit`), ``recheck`` after ``recheck_seconds`` without room,
 or ``error`` once counts have failed for ``outage_seconds``; never within ``min_wait_seconds`` of its
 start. Its arguments are plain JSON (docs/design.md, "Admission by cases in flight (the default)").
 """

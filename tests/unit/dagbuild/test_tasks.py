@@ -126,8 +126,8 @@ def test_prepare_sizes_admission_from_the_pools_and_a_retry_keeps_the_cut(week, 
 
     from avsim.contracts import RunDescriptor
     from avsim.manifest.validation import validate_manifest
-    from avsim.plan.admission import Pools, target_cases_in_flight
-    from avsim.plan.admit import admission_shard_size
+    from avsim.plan.admission import admission_shard_size
+    from avsim.plan.inflight import Pools, target_cases_in_flight
     from avsim.planner.workload import workload_from_manifest
 
     settings, plan, manifest = week

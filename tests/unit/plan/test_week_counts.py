@@ -411,7 +411,7 @@ def test_a_shard_waiting_for_its_turn_looks_again_briefly_before_it_would_defer(
     """The W shards tasks start together: shard 2 finds shard 1 without its run, looks again a second
     later (no deferral of at least 15 s), finds it created, and is admitted; with the earlier shard
     never starting it gives up after ``turn_checks`` looks and reports whose turn it is."""
-    from avsim.plan.admit import AdmissionVerdict
+    from avsim.plan.admission import AdmissionVerdict
     from avsim.plan.week_counts import decide_now
 
     plan, table = _plan(), TaskTable()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.validation import validate_manifest
-from avsim.plan.admission import Pools, comfortable_cases, target_cases_in_flight
+from avsim.plan.inflight import Pools, comfortable_cases, target_cases_in_flight
 from avsim.planner import Capacity, SimOptions
 from avsim.planner.calibration import LOCAL_STACK, local_stack_options
 from avsim.planner.command import run_plan

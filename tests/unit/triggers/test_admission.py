@@ -2,7 +2,7 @@
 
 The counts come from a fake :class:`avsim.plan.week_counts.WeekCounts` (the honest boundary: the
 execution API the triggerer reads through), set on the trigger's ``counts`` cached property; the
-counting (:func:`avsim.plan.week_counts.read_in_flight`) and the decision (:func:`avsim.plan.admit.admit`)
+counting (:func:`avsim.plan.week_counts.read_in_flight`) and the decision (:func:`avsim.plan.admission.admit`)
 are the real ones.
 """
 
