@@ -97,32 +97,17 @@ class InFlightSampler:
 
 @contextlib.contextmanager
 def stack_for(base: Path, args: argparse.Namespace) -> Iterator[Any]:
-    from tests.support.postgres import postgres_cluster
+    from week_runs import bench_stack
 
-    from avsim.devstack.demo import demo_pools, wait_for_dag
-    from avsim.devstack.stack import LocalStack
-
-    with postgres_cluster() as url:
-        stack = LocalStack(
-            home=base / "airflow",
-            dags_folder=ROOT / "dags",
-            plugins_folder=ROOT / "plugins",
-            sql_alchemy_conn=url,
-            parallelism=16,
-            extra_env={
-                "AIRFLOW__AVSIM__CASES_IN_FLIGHT": str(args.target),
-                "AIRFLOW__AVSIM__SHARD_POLL_SECONDS": "2",
-                "AIRFLOW__AVSIM__DEADLINE_INTERVAL_SECONDS": "5",
-            },
-        )
-        stack.set_pools(demo_pools(gpus=8, cpus=16))
-        stack.start()
-        try:
-            wait_for_dag(stack, PARENT)
-            wait_for_dag(stack, SHARD)
-            yield stack
-        finally:
-            stack.stop()
+    with bench_stack(
+        base,
+        {
+            "AIRFLOW__AVSIM__CASES_IN_FLIGHT": str(args.target),
+            "AIRFLOW__AVSIM__SHARD_POLL_SECONDS": "2",
+            "AIRFLOW__AVSIM__DEADLINE_INTERVAL_SECONDS": "5",
+        },
+    ) as stack:
+        yield stack
 
 
 def run_week(stack: Any, run_id: str, doc: dict[str, Any], timeout: float) -> tuple[float, list[int], int]:

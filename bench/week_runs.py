@@ -90,15 +90,39 @@ def _epoch(value: Any) -> float:
 
 
 @contextlib.contextmanager
-def week_stack(
-    env: Mapping[str, str], args: argparse.Namespace, base: Path
-) -> Iterator[tuple[Any, StatsdSink]]:
-    """A started stack whose scheduler reports to a StatsD sink; ``env``: the stack's extra settings."""
+def bench_stack(
+    base: Path, env: Mapping[str, str], *, parallelism: int = 16, gpus: int = 8, cpus: int = 16
+) -> Iterator[Any]:
+    """A started stack on its own PostgreSQL with the weekly DAGs loaded; ``env``: its extra settings."""
     from tests.support.postgres import postgres_cluster
 
     from avsim.devstack.demo import demo_pools, wait_for_dag
     from avsim.devstack.stack import LocalStack
 
+    with postgres_cluster() as url:
+        stack = LocalStack(
+            home=base / "airflow",
+            dags_folder=ROOT / "dags",
+            plugins_folder=ROOT / "plugins",
+            sql_alchemy_conn=url,
+            parallelism=parallelism,
+            extra_env=dict(env),
+        )
+        stack.set_pools(demo_pools(gpus=gpus, cpus=cpus))
+        stack.start()
+        try:
+            wait_for_dag(stack, PARENT)
+            wait_for_dag(stack, SHARD)
+            yield stack
+        finally:
+            stack.stop()
+
+
+@contextlib.contextmanager
+def week_stack(
+    env: Mapping[str, str], args: argparse.Namespace, base: Path
+) -> Iterator[tuple[Any, StatsdSink]]:
+    """A started stack whose scheduler reports to a StatsD sink; ``env``: the stack's extra settings."""
     sink = StatsdSink()
     statsd = {
         "AIRFLOW__METRICS__STATSD_ON": "True",
@@ -107,23 +131,14 @@ def week_stack(
         "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
     }
     try:
-        with postgres_cluster() as url:
-            stack = LocalStack(
-                home=base / "airflow",
-                dags_folder=ROOT / "dags",
-                plugins_folder=ROOT / "plugins",
-                sql_alchemy_conn=url,
-                parallelism=args.parallelism,
-                extra_env={**statsd, **env},
-            )
-            stack.set_pools(demo_pools(gpus=args.parallelism, cpus=args.parallelism))
-            stack.start()
-            try:
-                wait_for_dag(stack, PARENT)
-                wait_for_dag(stack, SHARD)
-                yield stack, sink
-            finally:
-                stack.stop()
+        with bench_stack(
+            base,
+            {**statsd, **env},
+            parallelism=args.parallelism,
+            gpus=args.parallelism,
+            cpus=args.parallelism,
+        ) as stack:
+            yield stack, sink
     finally:
         sink.close()
 
