@@ -22,7 +22,7 @@ priorities and trigger rules. Only the phase task differs:
                      itself (``TaskSuccessEvent``): the floor of a deferrable task that never resumes.
 
 Each variant runs one shard run of ``--cases`` cases (the same cases: the avsim runs are prepared by
-``avsim.dagbuild.tasks.prepare_week`` from one manifest, whose build image differs per run so no cached
+``avsim.dagbuild.prepare.prepare_week`` from one manifest, whose build image differs per run so no cached
 output is reused; the stock DAGs get the same cases by family in their conf), one variant at a time,
 ``--rounds`` times (the order reversed every other round). Before measuring, one small run of each
 variant warms the stack up (first parses, first clients), and the stack's idle CPU rate is measured.
@@ -163,7 +163,7 @@ def prepare(
 ) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
     """Prepare a run as the weekly run's ``prepare`` does; (the shard run's conf, its cases by family)."""
     from avsim.dagbuild.factory import load_plan
-    from avsim.dagbuild.tasks import prepare_week
+    from avsim.dagbuild.prepare import prepare_week
     from avsim.plan.shards import ShardPlan
     from avsim.settings import AvsimSettings
     from avsim.storage import read_json

@@ -386,7 +386,7 @@ def real_spans(week: dict[str, Any]) -> tuple[float, float]:
 
 def week_admission(doc: dict[str, Any], args: argparse.Namespace) -> tuple[int, int]:
     """The target of cases in flight and the shard size S ``prepare`` derives for this week on the
-    bench's pools (avsim.dagbuild.tasks.week_admission): Little's law over the manifest's unscaled
+    bench's pools (avsim.dagbuild.prepare.week_admission): Little's law over the manifest's unscaled
     estimates, no overhead (it is scale-free), at least the cases the scheduler carries comfortably at
     the shipped ``[avsim] scheduler_ms_per_task_instance``, and S from the cases outside the canary."""
     from avsim.manifest.validation import validate_manifest

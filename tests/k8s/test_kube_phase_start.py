@@ -24,6 +24,7 @@ from tests.support.kube_api.phases import phase_kube_api
 
 from avsim.dagbuild import tasks
 from avsim.dagbuild.factory import load_plan
+from avsim.dagbuild.prepare import prepare_week
 from avsim.kube import pods
 from avsim.manifest.sample import sample_manifest
 from avsim.operators.kubernetes import KubernetesPhaseOperator
@@ -64,7 +65,7 @@ def shard_phase(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml", settings)
     path = tmp_path / "week.json"
     path.write_text(json.dumps(sample_manifest(2)))
-    prepared = tasks.prepare_week(
+    prepared = prepare_week(
         source=str(path), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="w1"
     )
     loaded = tasks.load_shard(prepared["shards"][0]["conf"], plan)

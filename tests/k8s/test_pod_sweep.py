@@ -108,6 +108,7 @@ def test_a_phase_marked_failed_while_deferred_leaves_no_pod_once_its_shard_summa
     from avsim.contracts import RunDescriptor
     from avsim.dagbuild import tasks
     from avsim.dagbuild.factory import load_plan
+    from avsim.dagbuild.prepare import prepare_week
     from avsim.ledger.store import Ledger
     from avsim.manifest.sample import sample_manifest
     from avsim.settings import AvsimSettings
@@ -116,7 +117,7 @@ def test_a_phase_marked_failed_while_deferred_leaves_no_pod_once_its_shard_summa
     plan = load_plan(Path(__file__).resolve().parents[2] / "dags" / "avsim_graphs.yaml", settings)
     manifest = tmp_path / "week.json"
     manifest.write_text(json.dumps(sample_manifest(2, time_scale=1.0, scenario_fail_rate=0.0)))
-    prepared = tasks.prepare_week(
+    prepared = prepare_week(
         source=str(manifest), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="w1"
     )
     conf = prepared["shards"][0]["conf"]

@@ -17,6 +17,7 @@ from tests.support.kube_api import FakeKubeAPI
 
 from avsim.dagbuild import tasks
 from avsim.dagbuild.factory import load_plan
+from avsim.dagbuild.prepare import prepare_week
 from avsim.manifest.sample import sample_manifest
 from avsim.operators.kubernetes import KubernetesPhaseOperator
 from avsim.settings import AvsimSettings, KubernetesSettings
@@ -45,7 +46,7 @@ def prepared_week(tmp_path: Path, time_scale: float) -> tuple[dict[str, Any], di
     plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml", settings)
     path = tmp_path / "week.json"
     path.write_text(json.dumps(sample_manifest(2, time_scale=time_scale, scenario_fail_rate=0.0)))
-    prepared = tasks.prepare_week(
+    prepared = prepare_week(
         source=str(path), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="w1"
     )
     loaded = tasks.load_shard(prepared["shards"][0]["conf"], plan)

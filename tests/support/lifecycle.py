@@ -14,6 +14,7 @@ from avsim.artifacts import RunLayout
 from avsim.attempt import PhaseAttempt
 from avsim.dagbuild import tasks
 from avsim.dagbuild.factory import load_plan
+from avsim.dagbuild.prepare import prepare_week
 from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
 from avsim.operators.lifecycle import PhaseLifecycle
@@ -98,7 +99,7 @@ def prepared_week(tmp_path: Path) -> Week:
         case.pop("phases", None)
     path = tmp_path / "week.json"
     path.write_text(json.dumps(doc))
-    prepared = tasks.prepare_week(
+    prepared = prepare_week(
         source=str(path), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="w1"
     )
     shard = prepared["shards"][0]

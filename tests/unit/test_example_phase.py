@@ -25,6 +25,7 @@ from tests.support.lifecycle import TaskInstance
 from avsim.artifacts import RunLayout
 from avsim.dagbuild import tasks
 from avsim.dagbuild.factory import load_plan
+from avsim.dagbuild.prepare import prepare_week
 from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
 from avsim.phases import contract
@@ -50,7 +51,7 @@ def example_week(tmp_path: Path, *, steps: int = 30, step_seconds: float = 0.05)
             phase.update(heartbeat_seconds=0.2, lease_seconds=1)
     path = tmp_path / "week.json"
     path.write_text(json.dumps(doc))
-    prepared = tasks.prepare_week(
+    prepared = prepare_week(
         source=str(path), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="w1"
     )
     loaded = tasks.load_shard(prepared["shards"][0]["conf"], plan)

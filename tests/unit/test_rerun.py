@@ -9,8 +9,8 @@ import pytest
 
 from avsim.artifacts import RunLayout
 from avsim.contracts.week import ShardSummary
-from avsim.dagbuild import tasks
 from avsim.dagbuild.factory import load_plan
+from avsim.dagbuild.prepare import prepare_week
 from avsim.errors import AvsimError
 from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
@@ -29,7 +29,7 @@ def run(tmp_path: Path) -> tuple[RunLayout, dict]:
     doc = sample_manifest(6)
     path = tmp_path / "week.json"
     path.write_text(json.dumps(doc))
-    prepared = tasks.prepare_week(
+    prepared = prepare_week(
         source=str(path), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="w1"
     )
     layout = RunLayout(settings.resolved_artifact_root, prepared["run"]["run_key"])

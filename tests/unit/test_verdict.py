@@ -12,6 +12,7 @@ from avsim.artifacts import RunLayout
 from avsim.contracts.week import ShardSummary
 from avsim.dagbuild import tasks, week_end
 from avsim.dagbuild.factory import load_plan
+from avsim.dagbuild.prepare import prepare_week
 from avsim.ledger.breaker import Breaker
 from avsim.manifest.sample import sample_manifest
 from avsim.operators.exceptions import ShardNeedsAttention, WeekNeedsAttention
@@ -101,7 +102,7 @@ def week(tmp_path: Path) -> tuple[AvsimSettings, Any, dict[str, Any]]:
     plan = load_plan(ROOT / "dags" / "avsim_graphs.yaml", settings)
     manifest = tmp_path / "week.json"
     manifest.write_text(json.dumps(sample_manifest(25, canary={"share": 0.1, "min_cases": 4})))
-    prepared = tasks.prepare_week(
+    prepared = prepare_week(
         source=str(manifest), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__v"
     )
     return settings, plan, prepared

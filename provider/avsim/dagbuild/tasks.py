@@ -1,4 +1,5 @@
-"""The Python callables behind the weekly DAGs' non-phase tasks.
+"""The Python callables behind the shard runs' non-phase tasks and triage's start (``prepare``'s are
+in :mod:`avsim.dagbuild.prepare`).
 
 Each is a plain function of explicit arguments, so tests call it without Airflow's
 scheduler; :mod:`avsim.dagbuild.weekly` wraps them as TaskFlow tasks.
@@ -11,9 +12,6 @@ import logging
 from typing import Any
 
 from avsim.contracts import RunDescriptor, ShardConf
-
-# prepare's callables live in their own module; DAG builders and tests call them through this one.
-from avsim.dagbuild.prepare import prepare_week, week_admission
 from avsim.errors import AvsimError, ManifestError, Problem
 from avsim.manifest.source import check_location
 from avsim.plan.model import WeeklyPlan
@@ -24,7 +22,7 @@ from avsim.verdict import CASE_OUTCOMES, shard_verdict
 
 log = logging.getLogger(__name__)
 
-__all__ = ["load_shard", "prepare_week", "shard_conf", "start_triage", "summarize", "week_admission"]
+__all__ = ["load_shard", "shard_conf", "start_triage", "summarize"]
 
 
 def load_shard(conf: dict[str, Any], plan: WeeklyPlan) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from avsim.artifacts import CANARY_RUN_SUFFIX, RUN_LEVEL_CASE
 from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY
 from avsim.dagbuild import tasks, week_end
 from avsim.dagbuild.phase_args import backend_kwargs, phase_operator_class, run_phase_task_kwargs
+from avsim.dagbuild.prepare import prepare_week
 from avsim.dagbuild.shard_dag import START_DATE
 from avsim.deadline.alert import deadline_alert
 from avsim.deadline.sensor import deadline_tracker
@@ -126,7 +127,7 @@ def _prepare(plan: WeeklyPlan, settings: AvsimSettings, dag_id: str) -> Any:
         dag_run = ctx["dag_run"]
         try:
             source = manifest_source(dict(ctx["params"]), settings, getattr(dag_run, "logical_date", None))
-            prepared = tasks.prepare_week(
+            prepared = prepare_week(
                 source=source,
                 plan=plan,
                 settings=settings,

@@ -110,8 +110,8 @@ def test_the_canary_plan_round_trips_and_a_week_without_one_has_none() -> None:
 
 
 def test_prepare_pushes_a_canary_plan(tmp_path: Path) -> None:
-    from avsim.dagbuild import tasks
     from avsim.dagbuild.factory import load_plan
+    from avsim.dagbuild.prepare import prepare_week
     from avsim.manifest.sample import sample_manifest
     from avsim.settings import AvsimSettings
 
@@ -121,7 +121,7 @@ def test_prepare_pushes_a_canary_plan(tmp_path: Path) -> None:
     manifest.write_text(
         json.dumps(sample_manifest(25, canary={"share": 0.1, "min_cases": 4, "max_failure_rate": 0.3}))
     )
-    prepared = tasks.prepare_week(
+    prepared = prepare_week(
         source=str(manifest), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__c"
     )
     json.dumps(prepared)  # XCom carries it as JSON

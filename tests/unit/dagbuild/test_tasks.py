@@ -9,6 +9,7 @@ import pytest
 
 from avsim.dagbuild import tasks
 from avsim.dagbuild.factory import load_plan
+from avsim.dagbuild.prepare import prepare_week
 from avsim.errors import AvsimError, ManifestError
 from avsim.manifest.sample import sample_manifest
 from avsim.manifest.source import manifest_source
@@ -29,7 +30,7 @@ def week(tmp_path: Path):
 def test_prepare_cuts_the_week_into_shard_runs_and_is_idempotent(week) -> None:
     settings, plan, manifest = week
     kw = dict(plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__1")
-    first = tasks.prepare_week(source=str(manifest), **kw)
+    first = prepare_week(source=str(manifest), **kw)
     # A canary of 4 cases (10 % of 25, at least 4) as shard 0, the other 21 in shards 1..3.
     canary = first["canary"]
     assert (
@@ -39,7 +40,7 @@ def test_prepare_cuts_the_week_into_shard_runs_and_is_idempotent(week) -> None:
     assert [s["trigger_run_id"] for s in first["shards"]] == [f"manual__1__shard_000{k}" for k in (1, 2, 3)]
     assert first["run"]["case_count"] == 25 and len(first["run"]["manifest_sha256"]) == 64
     assert first["run"]["canary_count"] == 4 and first["run"]["shard_count"] == 3
-    assert tasks.prepare_week(source=str(manifest), **kw) == first  # a retry of prepare
+    assert prepare_week(source=str(manifest), **kw) == first  # a retry of prepare
     loaded = [tasks.load_shard(s["conf"], plan) for s in [canary, *first["shards"]]]
     ids = [c["case_id"] for part in loaded for f in plan.families for c in part[f"cases_{f.name}"]]
     assert sorted(ids) == [f"case-{i:05d}" for i in range(1, 26)]
@@ -56,7 +57,7 @@ def test_prepare_cuts_the_week_into_shard_runs_and_is_idempotent(week) -> None:
     other = manifest.with_name("other.json")
     other.write_text(json.dumps(sample_manifest(25, seed=99)))
     with pytest.raises(AvsimError, match="immutable"):
-        tasks.prepare_week(source=str(other), **kw)
+        prepare_week(source=str(other), **kw)
 
 
 def test_a_bad_shard_conf_is_rejected_with_its_fields(week) -> None:
@@ -68,7 +69,7 @@ def test_a_bad_shard_conf_is_rejected_with_its_fields(week) -> None:
 
 def test_summarize_counts_cases_that_never_ran_as_infrastructure(week) -> None:
     settings, plan, manifest = week
-    prepared = tasks.prepare_week(
+    prepared = prepare_week(
         source=str(manifest), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__2"
     )
     from avsim.artifacts import RunLayout
@@ -134,7 +135,7 @@ def test_prepare_sizes_admission_from_the_pools_and_a_retry_keeps_the_cut(week, 
     plan = replace(plan, shard_size=250, max_active_shards=6)
     # A scheduler slow enough (200 ms per task instance) that it carries 5 cases comfortably: the
     # pools set the target. At the shipped 3 ms, this 25-case week is not throttled at all.
-    shipped = tasks.prepare_week(
+    shipped = prepare_week(
         source=str(manifest),
         pool_slots=lambda: (4, 8),
         plan=plan,
@@ -145,7 +146,7 @@ def test_prepare_sizes_admission_from_the_pools_and_a_retry_keeps_the_cut(week, 
     assert shipped["run"]["admission"]["target"] == 25 == shipped["run"]["admission"]["floor"]
     settings = replace(settings, scheduler_ms_per_task_instance=200.0)
     kw = dict(plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__pools")
-    first = tasks.prepare_week(source=str(manifest), pool_slots=lambda: (4, 8), **kw)
+    first = prepare_week(source=str(manifest), pool_slots=lambda: (4, 8), **kw)
     run = RunDescriptor.model_validate(first["run"])
     load = workload_from_manifest(validate_manifest(json.loads(manifest.read_text()))).case_load()
     target = target_cases_in_flight(load, Pools(spot_gpus=4, cpus=8))
@@ -153,20 +154,18 @@ def test_prepare_sizes_admission_from_the_pools_and_a_retry_keeps_the_cut(week, 
     assert run.admission.target == target > run.admission.floor == 5 and run.admission.configured == 0
     assert run.shard_size == admission_shard_size(21, target, 250) < 21
     assert run.shard_count == -(-21 // run.shard_size) == len(first["shards"])
-    again = tasks.prepare_week(source=str(manifest), pool_slots=lambda: (40, 80), **kw)
+    again = prepare_week(source=str(manifest), pool_slots=lambda: (40, 80), **kw)
     assert again["run"]["shard_size"] == run.shard_size and again["run"]["shard_count"] == run.shard_count
     assert [s["trigger_run_id"] for s in again["shards"]] == [s["trigger_run_id"] for s in first["shards"]]
 
     def unreachable() -> tuple[int | None, int | None]:
         raise ConnectionError("the Airflow API cannot be reached")
 
-    blind = tasks.prepare_week(
-        source=str(manifest), pool_slots=unreachable, **{**kw, "run_id": "manual__blind"}
-    )
+    blind = prepare_week(source=str(manifest), pool_slots=unreachable, **{**kw, "run_id": "manual__blind"})
     blind_run = RunDescriptor.model_validate(blind["run"])
     assert blind_run.admission is not None and blind_run.admission.target == 250 * 6
     assert blind_run.shard_size == 250 and blind_run.shard_count == 1
-    window = tasks.prepare_week(
+    window = prepare_week(
         source=str(manifest),
         pool_slots=lambda: (4, 8),
         **{**kw, "run_id": "manual__window", "settings": replace(settings, admission="window")},

@@ -21,8 +21,8 @@ import yaml
 from typer.testing import CliRunner
 
 from avsim.cli import app
-from avsim.dagbuild import tasks
 from avsim.dagbuild.factory import load_plan
+from avsim.dagbuild.prepare import prepare_week
 from avsim.errors import ManifestError
 from avsim.manifest import bounded, loader
 from avsim.manifest.loader import parse_manifest_text
@@ -186,7 +186,7 @@ def test_an_inline_manifest_in_the_conf_prepares_a_week(plan: Any, tmp_path: Pat
     text = json.dumps(_good_doc())
     settings = _settings(tmp_path / "artifacts")
     source = manifest_source({"manifest": text}, settings, None)
-    prepared = tasks.prepare_week(
+    prepared = prepare_week(
         source=source, plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__inline"
     )
     assert prepared["run"]["case_count"] == 2
@@ -209,9 +209,7 @@ def test_an_inline_depth_bomb_is_refused_by_prepare_with_its_location(plan: Any,
     settings = _settings(tmp_path / "artifacts")
     source = manifest_source({"manifest": json_depth_bomb(100_000)}, settings, None)
     with pytest.raises(ManifestError) as exc:
-        tasks.prepare_week(
-            source=source, plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__b"
-        )
+        prepare_week(source=source, plan=plan, settings=settings, dag_id="avsim_weekly", run_id="manual__b")
     assert exc.value.source == INLINE_SOURCE
     [problem] = exc.value.problems
     assert problem.path == "cases[0].parameters" + ".a" * 197

@@ -1,7 +1,7 @@
 """The bad-input corpus (``tests/unit/corpus``): every malformed manifest and DAG-run conf is refused
 by the code path the DAGs run, with a problem at the path of the field and a message that says the fix.
 
-Manifests go through :func:`avsim.dagbuild.tasks.prepare_week` (what the weekly DAG's ``prepare``
+Manifests go through :func:`avsim.dagbuild.prepare.prepare_week` (what the weekly DAG's ``prepare``
 task calls) on a real file:// artifact store, which must stay empty: no snapshot, no shard cases, so
 no shard run could start. DAG-run confs go through ``manifest_source`` + ``prepare_week`` (weekly)
 and ``load_shard`` + ``summarize`` (shard) against a week prepared from ``good_minimal.yaml``, the
@@ -23,6 +23,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from avsim.dagbuild import tasks
 from avsim.dagbuild.factory import load_plan
+from avsim.dagbuild.prepare import prepare_week
 from avsim.errors import ManifestError, Problem
 from avsim.manifest.loader import DEFAULT_MAX_BYTES, load_manifest
 from avsim.manifest.secrets import USE_A_CONNECTION
@@ -278,7 +279,7 @@ def _settings(root: Path, **kw: Any) -> AvsimSettings:
 
 
 def _prepare(source: str, plan: WeeklyPlan, root: Path, run_id: str = "manual__corpus") -> dict[str, Any]:
-    return tasks.prepare_week(
+    return prepare_week(
         source=source, plan=plan, settings=_settings(root), dag_id="avsim_weekly", run_id=run_id
     )
 

@@ -25,6 +25,7 @@ import psutil
 
 from avsim.dagbuild import tasks
 from avsim.dagbuild.factory import load_plan
+from avsim.dagbuild.prepare import prepare_week
 from avsim.ledger.store import Ledger
 from avsim.manifest.sample import sample_manifest
 from avsim.settings import AvsimSettings
@@ -65,7 +66,7 @@ def week(tmp_path: Path, script: str) -> tuple[dict[str, Any], Ledger, Path]:
     prepare["command"], prepare["args"] = ["sh", "-c", script, "sh"], ["prepare"]
     path = tmp_path / "week.json"
     path.write_text(json.dumps(doc))
-    prepared = tasks.prepare_week(
+    prepared = prepare_week(
         source=str(path), plan=plan, settings=settings, dag_id="avsim_weekly", run_id="w1"
     )
     case = tasks.load_shard(prepared["shards"][0]["conf"], plan)["cases_standard"][0]
