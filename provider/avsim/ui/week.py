@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from avsim import airflow_internals, urls
-from avsim.artifacts import RunLayout, run_key_for
+from avsim.artifacts import RunLayout, parent_run, run_key_for
 from avsim.contracts import PREPARE_TASK_ID, RUN_XCOM_KEY, RunDescriptor
 from avsim.ui import ended, run_docs
 from avsim.ui import week_parts as parts
@@ -54,19 +54,12 @@ class WeekRef:
         return RunLayout(self.artifact_root, self.run_key)
 
 
-def parent_of(dag_id: str, run_id: str) -> tuple[str, str]:
-    """The weekly run of a shard run (a shard's, the canary's or a triage run); else itself."""
-    from avsim.artifacts import parent_run
-
-    return parent_run(dag_id, run_id)
-
-
 def resolve_week(session: Session, dag_id: str, run_id: str, default_root: str) -> WeekRef | None:
     """The weekly run, or None when the metadata database has no such weekly run."""
     DagRun = airflow_internals.models()["DagRun"]
     XComModel = airflow_internals.models()["XComModel"]
 
-    dag_id, run_id = parent_of(dag_id, run_id)
+    dag_id, run_id = parent_run(dag_id, run_id)
     found = session.execute(
         select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
     ).scalar_one_or_none()

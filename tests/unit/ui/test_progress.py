@@ -11,8 +11,9 @@ from bench.ui_progress import NOW, WeekSpec, build_week, metadata_engine
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from avsim.artifacts import parent_run as parent_of
 from avsim.ui.progress import DigestCache, compute_digests, digests_for, shard_runs
-from avsim.ui.week import parent_of, resolve_week, week_progress
+from avsim.ui.week import resolve_week, week_progress
 
 SHARD_DAG = "avsim_weekly_shard"
 GPU_POOLS = ("avsim_gpu_spot", "avsim_gpu_on_demand")
