@@ -127,5 +127,5 @@ def triage_verdicts(counts: Mapping[str, int]) -> None:
     """A week's triage ended: how many newly failing cases got each verdict."""
     for verdict, n in counts.items():
         value = _number(n)
-        if value:
+        if value and value > 0:
             _emit("incr", TRIAGE_VERDICT, (verdict,), int(value), {"verdict": verdict})

@@ -119,7 +119,7 @@ class TriageOperator(BaseOperator):
         from avsim.ledger.store import Ledger
         from avsim.storage import exists, read_json
         from avsim.triage.collect import collect, summary_of_run
-        from avsim.triage.store import write_triage
+        from avsim.triage.store import read_triage, triage_uri, write_triage
 
         week = self.week
         layout = week.layout
@@ -132,9 +132,11 @@ class TriageOperator(BaseOperator):
             reruns=self.reruns,
             why_unfinished=why_unfinished or "its triage run ended without a summary of its cases",
         )
+        before = read_triage(layout).counts if exists(triage_uri(layout)) else {}
         write_triage(layout, report)
         counts = {v.value: n for v, n in report.counts.items()}
-        metrics.triage_verdicts(counts)
+        # A cleared triage writes its document again: the metric counts only the verdicts it adds.
+        metrics.triage_verdicts({v.value: n - before.get(v, 0) for v, n in report.counts.items()})
         self.log.info(
             "triage of %s: %s%s", week.run_key, counts, f" ({report.message})" if report.message else ""
         )

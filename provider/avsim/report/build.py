@@ -215,12 +215,13 @@ def with_scenarios(layout: RunLayout, cases: Iterable[Mapping[str, Any]]) -> lis
     return rows
 
 
-def week_case_rows(layout: RunLayout) -> list[dict[str, Any]]:
-    """The week's case rows as its report has them now (from the ledger's shard summaries)."""
+def week_case_rows(layout: RunLayout, head: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The week's case rows as its report has them now (from the ledger's shard summaries); ``head``:
+    the run's manifest head when the caller has read it."""
     from avsim.ledger.store import Ledger
     from avsim.storage import read_json
 
-    head = read_json(layout.head_uri)
+    head = head if head is not None else read_json(layout.head_uri)
     report = build_report(head, Ledger(layout).shard_summaries(), {}, run_id=layout.run_key, generated_at="")
     return with_scenarios(layout, report["cases"])
 

@@ -186,11 +186,14 @@ def week_entries(
 
 
 def write_round(
-    week: RunDescriptor, plan: WeeklyPlan, rnd: TriageRound, rows: Sequence[Mapping[str, Any]]
+    week: RunDescriptor,
+    plan: WeeklyPlan,
+    rnd: TriageRound,
+    rows: Sequence[Mapping[str, Any]],
+    head: Mapping[str, Any],
 ) -> None:
     """Each run's files: the week's manifest head under its own key, and its one shard's cases."""
     layout = week.layout
-    head = read_json(layout.head_uri)
     wanted = {c for run in rnd.runs for c in (*run.cases, *run.audit, *run.confirm)}
     entries = week_entries(layout, rows, wanted)
     families = {f.name: f for f in plan.families}
@@ -236,7 +239,8 @@ def start_round(
     from avsim.report.compare import previous_week
 
     layout = week.layout
-    rows = week_case_rows(layout)
+    head = read_json(layout.head_uri)
+    rows = week_case_rows(layout, head)
     comparison = previous_week(layout.root, week.iso_week, rows, read_text)
     stopped = Breaker(week.artifact_root, image_digest(week.image)).state().is_open
     retry = _without_a_verdict(layout)
@@ -246,14 +250,14 @@ def start_round(
         settings,
         rows,
         comparison,
-        read_json(layout.head_uri),
+        head,
         read_book(layout),
         now=now or dt.datetime.now(dt.UTC),
         canary_stopped=stopped,
         retry=retry,
     )
     if rnd is not None:
-        write_round(week, plan, rnd, rows)
+        write_round(week, plan, rnd, rows, head)
         log.info(
             "triage round %d: %d cases rerun, %d not triaged, %d audited, in %d shard runs",
             rnd.round,

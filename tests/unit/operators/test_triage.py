@@ -114,3 +114,14 @@ def test_a_week_with_nothing_to_rerun_writes_its_verdicts_at_once(tmp_path: Path
     counts = _operator(week).execute({})
     assert set(counts.values()) == {0}
     assert read_triage(week.layout).message == "nothing to triage: x"
+
+
+def test_a_cleared_triage_counts_only_the_verdicts_it_adds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    week, book = _week(tmp_path)
+    sent: list[dict[str, int]] = []
+    monkeypatch.setattr("avsim.metrics.triage_verdicts", lambda counts: sent.append(dict(counts)))
+    _operator(week).finish(book, "its triage run did not end")
+    _operator(week).finish(book, "its triage run did not end")  # the same document again
+    assert sent[0][TriageVerdict.NOT_TRIAGED.value] == 1 and sent[1][TriageVerdict.NOT_TRIAGED.value] == 0
