@@ -25,6 +25,7 @@ _PROVIDER = {
                 "avsim.operators.phase",
                 "avsim.operators.kubernetes",
                 "avsim.operators.shard",
+                "avsim.operators.shard_start",
                 "avsim.operators.triage",
             ],
         }

@@ -34,12 +34,13 @@ def test_parent_shape(dagbag) -> None:
     assert "prepare" in start.upstream_task_ids and start.task_id in shards.upstream_task_ids
     # Only the starts are capped: a shard run held by its slowest case never keeps the next from
     # starting, and a repair (a cleared `shards`) never waits for a slot.
-    from avsim.operators.shard import SHARD_STARTS_AT_ONCE
+    from avsim.operators.shard_start import SHARD_STARTS_AT_ONCE
     from avsim.settings import AvsimSettings
 
     assert start.max_active_tis_per_dagrun == SHARD_STARTS_AT_ONCE
     assert shards.max_active_tis_per_dagrun is None
-    assert start.window == shards.window == AvsimSettings().max_active_shards
+    assert start.admission.window == AvsimSettings().max_active_shards
+    assert start.admission.start_task_id == "shard_start" and start.admission.case_ends
     # One map index per shard for both: shards[k] waits for shard_start[k] alone.
     assert start.task_group is shards.task_group and start.task_group.group_id == "shard_runs"
     # A repair of an earlier week runs beside this week: more than one weekly run is active at once.

@@ -27,7 +27,8 @@ from avsim.errors import ManifestError
 from avsim.manifest.models import RunClass
 from avsim.manifest.source import manifest_source
 from avsim.operators.phase import AvsimPhaseOperator
-from avsim.operators.shard import SHARD_START_TASK, SHARD_STARTS_AT_ONCE, ShardRunOperator, ShardStartOperator
+from avsim.operators.shard import ShardRunOperator
+from avsim.operators.shard_start import SHARD_START_TASK, SHARD_STARTS_AT_ONCE, ShardStartOperator
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import CANARY_SHARD
 from avsim.plan.week_counts import case_end_tasks
@@ -151,7 +152,6 @@ def _canary(week: _Week, canary_xcom: Any) -> tuple[ShardRunOperator, CanaryGate
     plan, settings = week.plan, week.settings
     canary = ShardRunOperator(
         task_id="canary",
-        case_ends=[],
         trigger_dag_id=week.shard_dag_id,
         trigger_run_id="{{ run_id }}" + CANARY_RUN_SUFFIX,
         conf={"run": week.run, "shard": CANARY_SHARD},
@@ -190,13 +190,6 @@ def _shard_runs(week: _Week, shard_specs: Any) -> Any:
         **control_retries(),
         # After the try: "shard 3 · 2 need attention" in the grid when the shard failed.
         "map_index_template": "shard {{ task.shard }}{{ task.attention_label }}",
-        "airflow_api_conn_id": settings.airflow_api_conn_id,
-        "week_end_tasks": week.week_end_tasks,
-        # Admission: where a case ends, the pools its target follows, W when admitting by window.
-        "case_ends": [list(t) for t in case_end_tasks(plan.families)],
-        "admission_pools": week.admission_pools,
-        "window": plan.max_active_shards,
-        "start_task_id": SHARD_START_TASK,
     }
 
     @task_group(group_id="shard_runs", prefix_group_id=False, tooltip="one map index per shard run")
@@ -207,10 +200,20 @@ def _shard_runs(week: _Week, shard_specs: Any) -> Any:
             trigger_run_id=trigger_run_id,
             conf=conf,
             max_active_tis_per_dagrun=SHARD_STARTS_AT_ONCE,
+            # Admission: where a case ends, the pools its target follows, W when admitting by window.
+            case_ends=[list(t) for t in case_end_tasks(plan.families)],
+            admission_pools=week.admission_pools,
+            window=plan.max_active_shards,
             **shard_kwargs,
         )
         wait = ShardRunOperator(
-            task_id="shards", shard=shard, trigger_run_id=trigger_run_id, conf=conf, **shard_kwargs
+            task_id="shards",
+            shard=shard,
+            trigger_run_id=trigger_run_id,
+            conf=conf,
+            airflow_api_conn_id=settings.airflow_api_conn_id,
+            week_end_tasks=week.week_end_tasks,
+            **shard_kwargs,
         )
         start >> wait
 

@@ -4,34 +4,19 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.trigger_dagrun import XCOM_RUN_ID, TriggerDagRunOperator
 
 from avsim.contracts import RunDescriptor
+from avsim.operators.shard_start import SHARD_WAIT_TIMEOUT, breaker_is_open, breaker_refusal, start_shard_run
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from avsim.contracts import AdmissionPlan
-
 #: States in which a task of the week's end has run (or was ruled out): a repair clears it again.
 WEEK_END_DONE = frozenset({"success", "failed", "upstream_failed", "skipped"})
-
-#: The longest a ``shards`` task waits, deferred, for a shard run it found already there.
-SHARD_WAIT_TIMEOUT = dt.timedelta(days=8)
-
-#: The mapped task that admits and starts the shard runs (``shards`` waits for each).
-SHARD_START_TASK = "shard_start"
-#: ``shard_start`` task instances at once: the starts wait in shard order, so the next one and the one
-#: after it are all that need a slot.
-SHARD_STARTS_AT_ONCE = 2
-
-#: Admission: times (a second apart) a shard looks again whether the earlier shard it waits for has
-#: started, before it defers (:meth:`ShardRunOperator._wait_for_room`).
-TURN_CHECKS = 10
 
 
 class ShardRunEnd(enum.Enum):
@@ -73,10 +58,12 @@ def next_step(run: ShardRunEnd | None, breaker_open: bool | None, *, retrying: b
 class ShardRunOperator(TriggerDagRunOperator):
     """Creates one shard DAG run (deterministic run id) and waits for it, deferred in the triggerer.
 
-    In the weekly DAG each shard is a map index of the ``shard_runs`` group: :class:`ShardStartOperator`
-    (``shard_start``) admits and starts the shard run, then this task (``shards``) waits for it, with
-    no cap on how many wait: a shard run held by a straggler never keeps the next one from starting
-    (docs/design.md, "Admission by cases in flight").
+    In the weekly DAG each shard is a map index of the ``shard_runs`` group:
+    :class:`avsim.operators.shard_start.ShardStartOperator` (``shard_start``) admits and starts the
+    shard run, then this task (``shards``) waits for it, with no cap on how many wait: a shard run held
+    by a straggler never keeps the next one from starting (docs/design.md, "Admission by cases in
+    flight"). It starts a shard run itself only where no start task did: the canary, or a
+    ``shard_start`` a user marked successful (which skips admission, as asked).
     Returns the shard's counts; fails with the shard's verdict (:mod:`avsim.verdict`) when the
     shard run failed because cases need attention, and its map index label says how many.
 
@@ -105,10 +92,6 @@ class ShardRunOperator(TriggerDagRunOperator):
         run: Any,
         airflow_api_conn_id: str = "avsim_airflow_api",
         week_end_tasks: Sequence[str] = ("report",),
-        case_ends: Sequence[Sequence[str]] = (),
-        admission_pools: Sequence[str] = (),
-        window: int = 0,
-        start_task_id: str = "",
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("wait_for_completion", True)
@@ -128,15 +111,6 @@ class ShardRunOperator(TriggerDagRunOperator):
         self.week_end_tasks = tuple(week_end_tasks)
         #: Appended to the map index label when the shard needs attention (" · 2 need attention").
         self.attention_label = ""
-        #: Admission by cases in flight: per graph family, the tasks whose end is a case's end
-        #: (:func:`avsim.plan.week_counts.case_end_tasks`), and where the pools' slots are read
-        #: (REST connection, GPU spot pool, CPU pool; empty: the target prepared is kept).
-        self.case_ends = [list(t) for t in case_ends]
-        self.admission_pools = tuple(admission_pools)
-        #: ``[avsim] admission = window``: W, the most shard runs in progress (0: no window).
-        self.window = int(window)
-        #: The task that starts the shard runs, whose states say which shards are still to start.
-        self.start_task_id = start_task_id
 
     @property
     def descriptor(self) -> RunDescriptor:
@@ -164,7 +138,9 @@ class ShardRunOperator(TriggerDagRunOperator):
             1, int(getattr(ti, "max_tries", 0) or 0) - int(self.retries or 0) + 1
         )
         breaker = (
-            self._open_breaker() if ended is None or (ended is ShardRunEnd.FAILED and not retrying) else None
+            breaker_is_open(self.descriptor)
+            if ended is None or (ended is ShardRunEnd.FAILED and not retrying)
+            else None
         )
         step = next_step(ended, breaker, retrying=retrying)
         if step is ShardStep.TAKE_END:
@@ -173,17 +149,17 @@ class ShardRunOperator(TriggerDagRunOperator):
             self.log.info("shard run %s exists and ended %s", run_id, state)
             return self._ended(run_id, state)
         if step is ShardStep.REFUSE_START:
-            raise self._breaker_open(f"shard {self.shard} not started")
+            raise breaker_refusal(self.descriptor, f"shard {self.shard} not started")
         if step is ShardStep.REFUSE_REPAIR:
-            raise self._breaker_open(
+            raise breaker_refusal(
+                self.descriptor,
                 f"shard run {run_id} failed and is not repaired (its cleared phases would fail fast as "
-                "breaker_open)"
+                "breaker_open)",
             )
         if step is ShardStep.REPAIR:
             self._repair_in_place(context, run_id)
         elif step is ShardStep.START:
-            self._wait_for_room(context)  # defers while the week's cases in flight leave no room
-            self._start(context, run_id)
+            start_shard_run(self, context, int(self.shard), run_id)
         else:
             self.log.info("shard run %s exists (%s): waiting for it", run_id, state)
             context["ti"].xcom_push(key=XCOM_RUN_ID, value=run_id)
@@ -198,95 +174,6 @@ class ShardRunOperator(TriggerDagRunOperator):
         if state in self.failed_states:
             return ShardRunEnd.FAILED
         return ShardRunEnd.NOT_ENDED
-
-    def target(self, plan: AdmissionPlan) -> int:
-        """The week's cases in flight now, from the pools' slots now (the prepared target when they
-        cannot be read: admission never stops a week for want of a pool reading)."""
-        from avsim.plan.admission import week_target
-        from avsim.pools import api_pool_slots
-
-        spot = cpus = None
-        if self.admission_pools and not plan.configured:
-            try:
-                spot, cpus = api_pool_slots(*self.admission_pools)
-            except Exception as exc:
-                self.log.warning(
-                    "the pools' slots could not be read (%s): target %d as prepared", exc, plan.target
-                )
-        return week_target(plan, spot, cpus)
-
-    def _wait_for_room(self, context: Context) -> None:
-        """Defer on :class:`avsim.triggers.admission.ShardAdmissionTrigger` until this shard's cases fit
-        beside the week's unfinished ones (:func:`avsim.plan.admission.admit`); return at once when they do."""
-        from avsim.plan.week_counts import ExecutionApiCounts, WeekShape, decide_now
-        from avsim.triggers.admission import ShardAdmissionTrigger
-
-        shard = int(self.shard)
-        if shard < 1 or (self.descriptor.admission is None and self.window < 1):
-            return  # the canary, and a week with neither admission nor a window, start at once
-        week = WeekShape.of_run(
-            self.descriptor,
-            dag_id=context["ti"].dag_id,
-            run_id=context["dag_run"].run_id,
-            shard_dag_id=self.trigger_dag_id,
-            shards_task_id=self.start_task_id or context["ti"].task_id,
-            case_ends=self.case_ends,
-            window=self.window,
-        )
-        if week is None:
-            return
-        week_plan = self.descriptor.admission
-        target = self.target(week_plan) if week_plan is not None else self.window
-        try:
-            decision = decide_now(ExecutionApiCounts(), week, shard, target, turn_checks=TURN_CHECKS)
-        except Exception as exc:
-            # A passing API failure: the trigger counts again (five failures in a row fail the task).
-            self.log.warning("counting the week's cases failed (%s): the trigger counts again", exc)
-        else:
-            if decision.admitted:
-                self.log.info("admitted: %s", decision.reason)
-                return
-            self.log.info("waiting for room: %s", decision.reason)
-        self.defer(
-            trigger=ShardAdmissionTrigger(
-                week=week.to_json(), shard=shard, target=target, poll_interval=self.poke_interval
-            ),
-            method_name="execute_admitted",
-            timeout=SHARD_WAIT_TIMEOUT,
-        )
-
-    def execute_admitted(self, context: Context, event: dict[str, Any]) -> Any:
-        """Back from the admission trigger: decide again from the start (the breaker may have opened,
-        the pools changed; another try may have started the shard run), and start, wait or defer again."""
-        if event.get("status") == "error":
-            from avsim.errors import AvsimError
-
-            raise AvsimError(
-                f"shard {self.shard}: the week's cases could not be counted ({event.get('message')}); the "
-                "execution API is unreachable from the triggerer: the task's retries wait for it, or clear "
-                "this task when it is back"
-            )
-        self.log.info("admission: %s (%s)", event.get("status"), event.get("reason"))
-        return self.execute(context)
-
-    def _start(self, context: Context, run_id: str) -> None:
-        """Create the shard run through the execution API, as Airflow's task runner would for a
-        TriggerDagRunOperator, so that the wait that follows is :meth:`_wait_for`'s and no other."""
-        from avsim.airflow_internals import start_dag_run_from_task
-
-        # Shard runs get increasing logical dates (the parent's plus the shard index, in microseconds):
-        # the scheduler orders equal priority weights by logical date, so earlier shards finish
-        # first instead of all active shards draining in lock-step (measured with the planner).
-        parent = context["dag_run"]
-        base = getattr(parent, "run_after", None) or getattr(parent, "logical_date", None)
-        logical_date = None if base is None else base + dt.timedelta(microseconds=int(self.shard))
-        conf = json.loads(self.conf) if isinstance(self.conf, str) else dict(self.conf or {})
-        created = start_dag_run_from_task(
-            self.trigger_dag_id, run_id, conf=conf, logical_date=logical_date, note=self.note
-        )
-        self.log.info("shard run %s %s", run_id, "created" if created else "already there (another try)")
-        # The "Triggered DAG" link reads the shard run's id from this XCom.
-        context["ti"].xcom_push(key=XCOM_RUN_ID, value=run_id)
 
     def _wait_for(self, run_id: str) -> None:
         """The one wait of this task: deferred on :class:`avsim.triggers.shard_run.ShardRunTrigger`,
@@ -305,26 +192,6 @@ class ShardRunOperator(TriggerDagRunOperator):
             # A bound on the wait, so no deferral is endless: a shard run of a weekly run that has not
             # ended in a week and a day is failed here (clearing the task waits again).
             timeout=SHARD_WAIT_TIMEOUT,
-        )
-
-    def _open_breaker(self) -> bool:
-        from avsim.ledger.breaker import Breaker, image_digest
-
-        run = self.descriptor
-        return Breaker(run.artifact_root, image_digest(run.image)).state().is_open
-
-    def _breaker_open(self, what: str) -> Exception:
-        """Why this shard does nothing while its build's circuit breaker is open, and what to do."""
-        from avsim.ledger.breaker import Breaker, image_digest
-        from avsim.operators.exceptions import BreakerOpen
-
-        run = self.descriptor
-        digest = image_digest(run.image)
-        state = Breaker(run.artifact_root, digest).state()
-        return BreakerOpen(
-            f"{what}: the circuit breaker of build {run.build_id} is open ({state.reason}). If the build is "
-            f"good (a broken node pool), reset it with `avsim breaker reset {digest}` and clear this task; "
-            "else start a run with a fixed build"
         )
 
     def _repair_in_place(self, context: Context, run_id: str) -> None:
@@ -432,29 +299,3 @@ class ShardRunOperator(TriggerDagRunOperator):
         counts = dict(summary.counts) if summary is not None else {}
         self.log.info("shard %s finished (%s): %s", self.shard, state, counts)
         return {"shard": int(self.shard), "run_id": run_id, "counts": counts}
-
-
-class ShardStartOperator(ShardRunOperator):
-    """``shard_start``: admits one shard run and starts it, then ends; ``shards`` waits for the run.
-
-    Mapped with a small ``max_active_tis_per_dagrun``: the starts wait in shard order, so only the
-    next one or two need a slot, and a shard run that is still running holds none. A shard run that
-    exists already (another try, a repair) is left to ``shards``; while the build's circuit breaker
-    is open no shard run starts."""
-
-    ui_color = "#ecdcc9"
-
-    def execute(self, context: Context) -> Any:
-        if int(self.shard) == 0 and not self.descriptor.canary_count:
-            return None
-        run_id = str(self.trigger_run_id)
-        ti = context["ti"]
-        if ti.get_dr_count(dag_id=self.trigger_dag_id, run_ids=[run_id]):
-            self.log.info("shard run %s exists: shards waits for it", run_id)
-            ti.xcom_push(key=XCOM_RUN_ID, value=run_id)
-            return run_id
-        if self._open_breaker():
-            raise self._breaker_open(f"shard {self.shard} not started")
-        self._wait_for_room(context)  # defers while the week's cases in flight leave no room
-        self._start(context, run_id)
-        return run_id

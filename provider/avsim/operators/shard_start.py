@@ -1,0 +1,139 @@
+"""``shard_start``: admits one shard run of the weekly run and creates it; ``shards`` waits for it.
+
+Also what both shard tasks share: creating a shard run, and the build's circuit breaker's say.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.standard.operators.trigger_dagrun import XCOM_RUN_ID, TriggerDagRunOperator
+
+from avsim.contracts import RunDescriptor
+from avsim.operators.admission import AdmissionGate, admission_failed
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: The longest a shard task waits, deferred, for room or for its shard run.
+SHARD_WAIT_TIMEOUT = dt.timedelta(days=8)
+
+#: The mapped task that admits and starts the shard runs (``shards`` waits for each).
+SHARD_START_TASK = "shard_start"
+#: ``shard_start`` task instances at once: the starts wait in shard order, so the next one and the one
+#: after it are all that need a slot.
+SHARD_STARTS_AT_ONCE = 2
+
+
+def start_shard_run(op: TriggerDagRunOperator, context: Context, shard: int, run_id: str) -> None:
+    """Create shard run ``run_id`` through the execution API, as Airflow's task runner would for a
+    TriggerDagRunOperator, so that the task's wait is the one it chooses; push its id for the link."""
+    from avsim.airflow_internals import start_dag_run_from_task
+
+    # Increasing logical dates (the parent's plus the shard index, in microseconds): the scheduler
+    # orders equal priority weights by logical date, so earlier shards finish first instead of all
+    # active shards draining in lock-step (measured with the planner).
+    parent = context["dag_run"]
+    base = getattr(parent, "run_after", None) or getattr(parent, "logical_date", None)
+    logical_date = None if base is None else base + dt.timedelta(microseconds=shard)
+    conf = json.loads(op.conf) if isinstance(op.conf, str) else dict(op.conf or {})
+    created = start_dag_run_from_task(
+        op.trigger_dag_id, run_id, conf=conf, logical_date=logical_date, note=op.note
+    )
+    op.log.info("shard run %s %s", run_id, "created" if created else "already there (another try)")
+    # The "Triggered DAG" link reads the shard run's id from this XCom.
+    context["ti"].xcom_push(key=XCOM_RUN_ID, value=run_id)
+
+
+def breaker_is_open(run: RunDescriptor) -> bool:
+    from avsim.ledger.breaker import Breaker, image_digest
+
+    return Breaker(run.artifact_root, image_digest(run.image)).state().is_open
+
+
+def breaker_refusal(run: RunDescriptor, what: str) -> Exception:
+    """Why a shard does nothing while its build's circuit breaker is open, and what to do."""
+    from avsim.ledger.breaker import Breaker, image_digest
+    from avsim.operators.exceptions import BreakerOpen
+
+    digest = image_digest(run.image)
+    state = Breaker(run.artifact_root, digest).state()
+    return BreakerOpen(
+        f"{what}: the circuit breaker of build {run.build_id} is open ({state.reason}). If the build is "
+        f"good (a broken node pool), reset it with `avsim breaker reset {digest}` and clear this task; "
+        "else start a run with a fixed build"
+    )
+
+
+class ShardStartOperator(TriggerDagRunOperator):
+    """Admits one shard run and creates it, then ends; ``shards`` waits for the run.
+
+    Mapped with a small ``max_active_tis_per_dagrun``: the starts wait in shard order, so only the
+    next one or two need a slot, and a shard run that is still running holds none. A shard run that
+    exists already (another try, a repair) is left to ``shards``; while the build's circuit breaker
+    is open no shard run starts. Admission is its :class:`AdmissionGate`."""
+
+    template_fields: Sequence[str] = (*TriggerDagRunOperator.template_fields, "shard", "run")
+    ui_color = "#ecdcc9"
+
+    def __init__(
+        self,
+        *,
+        shard: Any,
+        run: Any,
+        case_ends: Sequence[Sequence[str]] = (),
+        admission_pools: Sequence[str] = (),
+        window: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("logical_date", None)
+        kwargs.setdefault("openlineage_inject_parent_info", False)
+        super().__init__(**kwargs)
+        self.shard = shard
+        self.run = run
+        self.admission = AdmissionGate.of(
+            case_ends, admission_pools, window, self.task_id, self.poke_interval
+        )
+        #: The map index label is shared with ``shards`` ("shard 3 · 2 need attention"); a start has none.
+        self.attention_label = ""
+
+    @property
+    def descriptor(self) -> RunDescriptor:
+        """The week this shard run belongs to (``run``, rendered from ``prepare``'s XCom)."""
+        return RunDescriptor.model_validate(self.run)
+
+    def execute(self, context: Context) -> Any:
+        shard = int(self.shard)
+        if shard == 0 and not self.descriptor.canary_count:
+            return None
+        run_id = str(self.trigger_run_id)
+        ti = context["ti"]
+        if ti.get_dr_count(dag_id=self.trigger_dag_id, run_ids=[run_id]):
+            self.log.info("shard run %s exists: shards waits for it", run_id)
+            ti.xcom_push(key=XCOM_RUN_ID, value=run_id)
+            return run_id
+        if breaker_is_open(self.descriptor):
+            raise breaker_refusal(self.descriptor, f"shard {shard} not started")
+        week = self.admission.week_of(
+            self.descriptor,
+            dag_id=ti.dag_id,
+            run_id=context["dag_run"].run_id,
+            shard_dag_id=self.trigger_dag_id,
+        )
+        trigger = self.admission.wait_trigger(self.descriptor, shard, week)
+        if trigger is not None:
+            self.defer(trigger=trigger, method_name="execute_admitted", timeout=SHARD_WAIT_TIMEOUT)
+        start_shard_run(self, context, shard, run_id)
+        return run_id
+
+    def execute_admitted(self, context: Context, event: dict[str, Any]) -> Any:
+        """Back from the admission trigger: decide again from the start (the breaker may have opened,
+        the pools changed; another try may have started the shard run), and start or defer again."""
+        failed = admission_failed(self.shard, event)
+        if failed is not None:
+            raise failed
+        self.log.info("admission: %s (%s)", event.get("status"), event.get("reason"))
+        return self.execute(context)
