@@ -19,9 +19,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Times (a second apart) a shard looks again whether the earlier shard it waits for has started,
-#: before it defers.
-TURN_CHECKS = 10
+#: How long a start task counts again in the worker, while it must wait, before it defers: a deferral
+#: resumes no sooner than the trigger's resume bound (``avsim.resume.FALLBACK_SECONDS``, 15 s) and a
+#: worker's start, and on a week of short cases the room a start waits for comes within that time.
+PATIENCE_SECONDS = 30.0
+#: Seconds between those counts (each is two state reads and two counts per graph family).
+PATIENCE_POLL_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,8 @@ class AdmissionGate:
     start_task_id: str = ""
     #: Seconds between the waiting trigger's counts.
     poll_interval: float = 60.0
+    #: How long the task counts again itself before it defers (:data:`PATIENCE_SECONDS`).
+    patience_seconds: float = PATIENCE_SECONDS
 
     @classmethod
     def of(
@@ -97,7 +102,12 @@ class AdmissionGate:
         target = self.target(run.admission) if run.admission is not None else self.window
         try:
             decision = decide_now(
-                counts or ExecutionApiCounts(), week, shard, target, turn_checks=TURN_CHECKS
+                counts or ExecutionApiCounts(),
+                week,
+                shard,
+                target,
+                patience_seconds=self.patience_seconds,
+                poll_seconds=min(PATIENCE_POLL_SECONDS, self.poll_interval),
             )
         except Exception as exc:
             # A passing API failure: the trigger counts again (five failures in a row fail the task).

@@ -17,7 +17,6 @@ from avsim.artifacts import canary_run_id, shard_run_id, week_run_ids
 from avsim.contracts import RunDescriptor
 from avsim.plan.admission import (
     Admission,
-    AdmissionVerdict,
     InFlight,
     admit,
     admit_by_window,
@@ -276,17 +275,18 @@ def decide_now(
     shard: int,
     target: int,
     *,
-    turn_checks: int = 10,
+    patience_seconds: float = 0.0,
+    poll_seconds: float = 2.0,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Admission:
-    """Whether shard ``shard`` starts now (:func:`avsim.plan.admission.admit` over a fresh count). Waiting
-    for an earlier shard's turn, it counts again up to ``turn_checks`` times a second apart: the W
-    ``shards`` tasks start together and the earlier one is usually creating its run that second, so a
-    deferral (at least 15 s, :mod:`avsim.resume`) would cost more."""
+    """Whether shard ``shard`` starts now (:func:`avsim.plan.admission.admit` over a fresh count). While
+    it must wait (its turn or room), it counts again every ``poll_seconds`` for up to
+    ``patience_seconds``: a deferral resumes no sooner than its resume bound (:mod:`avsim.resume`) and
+    a worker's start, so a turn or room that comes within that time is taken sooner from here."""
     decision = decide(week, shard, read_in_flight(counts, week, shard), target)
-    for _ in range(turn_checks):
-        if decision.verdict is not AdmissionVerdict.WAIT_TURN:
-            break
-        sleep(1.0)
+    waited = 0.0
+    while not decision.admitted and waited + poll_seconds <= patience_seconds:
+        sleep(poll_seconds)
+        waited += poll_seconds
         decision = decide(week, shard, read_in_flight(counts, week, shard), target)
     return decision

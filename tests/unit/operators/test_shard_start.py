@@ -3,6 +3,7 @@ trigger while the week has no room, and fails with what to do when the week cann
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,8 @@ def test_a_shard_without_room_defers_on_admission_and_a_failed_count_fails_it(
         shard_size=2,
         admission={"configured": 4, "target": 4},
     )
+    assert op.admission.patience_seconds == 30  # counts again in the worker before it defers
+    op.admission = replace(op.admission, patience_seconds=0)
     comms = FakeSupervisor()
     with supervising(comms), pytest.raises(TaskDeferred) as deferred:
         op.execute({"ti": _AdmissionTI(None), "dag_run": FakeRun()})

@@ -23,7 +23,7 @@ from avsim.dagbuild.factory import load_plan
 from avsim.plan.build import build_plan
 from avsim.plan.catalog import parse_catalog
 from avsim.plan.model import WeeklyPlan
-from avsim.plan.week_counts import SHARD_FIRST_TASK, WeekShape, case_end_tasks, read_in_flight
+from avsim.plan.week_counts import SHARD_FIRST_TASK, WeekShape, case_end_tasks, decide, read_in_flight
 from avsim.settings import AvsimSettings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -407,10 +407,11 @@ def test_an_ended_shard_run_holds_no_case_and_a_repaired_one_holds_its_cases_aga
     assert (found.admitted_cases, found.unfinished_cases) == (10, 3)
 
 
-def test_a_shard_waiting_for_its_turn_looks_again_briefly_before_it_would_defer() -> None:
-    """The W shards tasks start together: shard 2 finds shard 1 without its run, looks again a second
-    later (no deferral of at least 15 s), finds it created, and is admitted; with the earlier shard
-    never starting it gives up after ``turn_checks`` looks and reports whose turn it is."""
+def test_a_shard_that_must_wait_counts_again_in_the_worker_before_it_would_defer() -> None:
+    """The two start tasks run together: shard 2 finds shard 1 without its run, looks again 2 s later
+    (no deferral, which resumes no sooner than 15 s), finds it created, and is admitted. A shard
+    without room is admitted the count after a case ends. With neither coming, it gives up after its
+    patience and says why it waits."""
     from avsim.plan.admission import AdmissionVerdict
     from avsim.plan.week_counts import decide_now
 
@@ -423,13 +424,27 @@ def test_a_shard_waiting_for_its_turn_looks_again_briefly_before_it_would_defer(
         slept.append(seconds)
         _start_run(table, shard_run_id(RUN, 1), plan, _split(10))
 
-    decision = decide_now(table, week, 2, 100, turn_checks=10, sleep=shard_1_starts)
-    assert decision.admitted and slept == [1.0]
+    decision = decide_now(table, week, 2, 100, patience_seconds=30, sleep=shard_1_starts)
+    assert decision.admitted and slept == [2.0]
     waiting = TaskTable()
     _shards_tis(waiting, "deferred", "running")
     slept.clear()
-    decision = decide_now(waiting, week, 2, 100, turn_checks=3, sleep=slept.append)
-    assert decision.verdict is AdmissionVerdict.WAIT_TURN and slept == [1.0, 1.0, 1.0]
+    decision = decide_now(waiting, week, 2, 100, patience_seconds=7, sleep=slept.append)
+    assert decision.verdict is AdmissionVerdict.WAIT_TURN and slept == [2.0, 2.0, 2.0]
+    # Room: shard run 1 holds 10 unfinished cases against a target of 10; the third count finds one ended.
+    slept.clear()
+
+    def a_case_ends_on_the_third_count(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 2:
+            family = next(iter(_split(10)))
+            _end_case(table, shard_run_id(RUN, 1), plan, family, 0)
+
+    assert decide(week, 2, read_in_flight(table, week, 2), 10).verdict is AdmissionVerdict.WAIT_ROOM
+    decision = decide_now(table, week, 2, 10, patience_seconds=30, sleep=a_case_ends_on_the_third_count)
+    assert decision.admitted and slept == [2.0, 2.0]
+    assert decide_now(table, week, 2, 9, sleep=slept.append).verdict is AdmissionVerdict.WAIT_ROOM
+    assert len(slept) == 2  # no patience: one count, no wait
 
 
 def test_the_execution_api_adapter_splits_many_run_ids_and_never_sends_an_empty_filter(
