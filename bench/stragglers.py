@@ -147,6 +147,7 @@ def run_week(
         samples = sampler.close()
     if state != "success":
         raise SystemExit(f"{run_id} ended {state}")
+    print_timeline(stack, run_id)
     [(start, end)] = query(
         stack,
         "SELECT start_date, end_date FROM dag_run WHERE dag_id = :d AND run_id = :r",
@@ -154,6 +155,43 @@ def run_week(
         r=run_id,
     )
     return (end - start).total_seconds(), samples, int(run["admission"]["target"])
+
+
+def print_timeline(stack: Any, run_id: str) -> None:
+    """Per shard, seconds from the weekly run's start: its shard run's creation and end, and when its
+    ``shard_start`` task last began and ended (a start that waited in the triggerer ends without a
+    worker: its last try begins when it was first scheduled)."""
+    from tests.support.airflow_run import query
+
+    [(began,)] = query(
+        stack, "SELECT start_date FROM dag_run WHERE dag_id = :d AND run_id = :r", d=PARENT, r=run_id
+    )
+    runs = query(
+        stack,
+        "SELECT run_id, start_date, end_date FROM dag_run WHERE dag_id = :d AND run_id LIKE :p ORDER BY run_id",
+        d=SHARD,
+        p=f"{run_id}__shard_%",
+    )
+    starts = dict(
+        (int(i), (a, b))
+        for i, a, b in query(
+            stack,
+            "SELECT map_index, start_date, end_date FROM task_instance WHERE dag_id = :d AND run_id = :r "
+            "AND task_id = 'shard_start'",
+            d=PARENT,
+            r=run_id,
+        )
+    )
+
+    def at(t: Any) -> str:
+        return "-" if t is None else f"{(t - began).total_seconds():.0f}"
+
+    cells = []
+    for rid, a, b in runs:
+        k = int(rid.rpartition("_")[2])
+        s0, s1 = starts.get(k - 1, (None, None))
+        cells.append(f"{k}:start {at(s0)}-{at(s1)} run {at(a)}-{at(b)}")
+    print(f"   timeline of {run_id} (s): " + "; ".join(cells), flush=True)
 
 
 def main() -> None:

@@ -204,6 +204,7 @@ def _shard_runs(week: _Week, shard_specs: Any) -> Any:
             case_ends=[list(t) for t in case_end_tasks(plan.families)],
             admission_pools=week.admission_pools,
             window=plan.max_active_shards,
+            airflow_api_conn_id=settings.airflow_api_conn_id,
             **shard_kwargs,
         )
         wait = ShardRunOperator(

@@ -20,7 +20,12 @@ from avsim.errors import AvsimError
 
 
 class AirflowApiError(AvsimError):
-    """The Airflow REST API could not be reached, refused the login, or refused a call."""
+    """The Airflow REST API could not be reached, refused the login, or refused a call (``status``: the
+    HTTP status of a refusal, None when there was no answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def collided(status: int, body: str) -> bool:
@@ -131,7 +136,8 @@ class AirflowApiHook(BaseHook):
             time.sleep(attempt)
         if resp.status_code >= 400:
             raise AirflowApiError(
-                f"{method} {self.base_url}{path} answered HTTP {resp.status_code}: {resp.text[:300]}"
+                f"{method} {self.base_url}{path} answered HTTP {resp.status_code}: {resp.text[:300]}",
+                status=resp.status_code,
             )
         return resp.json()
 
@@ -213,6 +219,28 @@ class AirflowApiHook(BaseHook):
         return list(doc.get("task_instances") or [])
 
     # -- DAG runs -------------------------------------------------------------------------------
+    def create_dag_run(
+        self,
+        dag_id: str,
+        dag_run_id: str,
+        *,
+        conf: dict[str, Any],
+        logical_date: str | None = None,
+        note: str | None = None,
+    ) -> bool:
+        """Create a DAG run (``logical_date`` ISO 8601 or None); True when this call created it, False
+        when a run of that id was already there (HTTP 409)."""
+        body: dict[str, Any] = {"dag_run_id": dag_run_id, "logical_date": logical_date, "conf": conf}
+        if note:
+            body["note"] = note[:1000]
+        try:
+            self._call("POST", f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns", json=body)
+        except AirflowApiError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
     def stop_dag_run(self, dag_id: str, dag_run_id: str, note: str | None = None) -> str:
         """Mark a DAG run failed (its running task instances end, the rest are skipped); returns its
         state. A run that already ended keeps its state."""

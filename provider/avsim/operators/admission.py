@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,14 +16,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from avsim.contracts import AdmissionPlan, RunDescriptor
     from avsim.plan.week_counts import WeekCounts, WeekShape
-    from avsim.triggers.admission import ShardAdmissionTrigger
+    from avsim.triggers.admission import RunToStart, ShardAdmissionTrigger
 
 log = logging.getLogger(__name__)
 
-#: How long a start task counts again in the worker, while it must wait, before it defers: a deferral
-#: resumes no sooner than the trigger's resume bound (``avsim.resume.FALLBACK_SECONDS``, 15 s) and a
-#: worker's start, and on a week of short cases the room a start waits for comes within that time.
-PATIENCE_SECONDS = 30.0
+#: How long a start task counts again in the worker, while it must wait, before it defers: the two
+#: start tasks run together, and the earlier one is usually creating its run that second.
+PATIENCE_SECONDS = 6.0
 #: Seconds between those counts (each is two state reads and two counts per graph family).
 PATIENCE_POLL_SECONDS = 2.0
 
@@ -90,10 +90,16 @@ class AdmissionGate:
         )
 
     def wait_trigger(
-        self, run: RunDescriptor, shard: int, week: WeekShape | None, counts: WeekCounts | None = None
+        self,
+        run: RunDescriptor,
+        shard: int,
+        week: WeekShape | None,
+        start: RunToStart | None = None,
+        counts: WeekCounts | None = None,
     ) -> ShardAdmissionTrigger | None:
-        """None when shard ``shard`` may start now; else the trigger to defer on until it may. The
-        canary and a week with neither admission nor a window start at once."""
+        """None when shard ``shard`` may start now; else the trigger to defer on until it may, which
+        creates ``start`` itself once admitted. The canary and a week with neither admission nor a
+        window start at once."""
         from avsim.plan.week_counts import ExecutionApiCounts, decide_now
         from avsim.triggers.admission import ShardAdmissionTrigger
 
@@ -118,7 +124,11 @@ class AdmissionGate:
                 return None
             log.info("waiting for room: %s", decision.reason)
         return ShardAdmissionTrigger(
-            week=week.to_json(), shard=shard, target=target, poll_interval=self.poll_interval
+            week=week.to_json(),
+            shard=shard,
+            target=target,
+            poll_interval=self.poll_interval,
+            start=None if start is None else dataclasses.asdict(start),
         )
 
 

@@ -18,6 +18,8 @@ from avsim.operators.admission import AdmissionGate, admission_failed
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from avsim.triggers.admission import RunToStart
+
 #: The longest a shard task waits, deferred, for room or for its shard run.
 SHARD_WAIT_TIMEOUT = dt.timedelta(days=8)
 
@@ -28,20 +30,30 @@ SHARD_START_TASK = "shard_start"
 SHARD_STARTS_AT_ONCE = 2
 
 
+def shard_logical_date(context: Context, shard: int) -> dt.datetime | None:
+    """Shard run k's logical date: the parent's plus k microseconds. The scheduler orders equal priority
+    weights by logical date, so earlier shards finish first instead of all active shards draining in
+    lock-step (measured with the planner)."""
+    parent = context["dag_run"]
+    base = getattr(parent, "run_after", None) or getattr(parent, "logical_date", None)
+    return None if base is None else base + dt.timedelta(microseconds=shard)
+
+
+def _conf(op: TriggerDagRunOperator) -> dict[str, Any]:
+    return json.loads(op.conf) if isinstance(op.conf, str) else dict(op.conf or {})
+
+
 def start_shard_run(op: TriggerDagRunOperator, context: Context, shard: int, run_id: str) -> None:
     """Create shard run ``run_id`` through the execution API, as Airflow's task runner would for a
     TriggerDagRunOperator, so that the task's wait is the one it chooses; push its id for the link."""
     from avsim.airflow_internals import start_dag_run_from_task
 
-    # Increasing logical dates (the parent's plus the shard index, in microseconds): the scheduler
-    # orders equal priority weights by logical date, so earlier shards finish first instead of all
-    # active shards draining in lock-step (measured with the planner).
-    parent = context["dag_run"]
-    base = getattr(parent, "run_after", None) or getattr(parent, "logical_date", None)
-    logical_date = None if base is None else base + dt.timedelta(microseconds=shard)
-    conf = json.loads(op.conf) if isinstance(op.conf, str) else dict(op.conf or {})
     created = start_dag_run_from_task(
-        op.trigger_dag_id, run_id, conf=conf, logical_date=logical_date, note=op.note
+        op.trigger_dag_id,
+        run_id,
+        conf=_conf(op),
+        logical_date=shard_logical_date(context, shard),
+        note=op.note,
     )
     op.log.info("shard run %s %s", run_id, "created" if created else "already there (another try)")
     # The "Triggered DAG" link reads the shard run's id from this XCom.
@@ -87,6 +99,7 @@ class ShardStartOperator(TriggerDagRunOperator):
         case_ends: Sequence[Sequence[str]] = (),
         admission_pools: Sequence[str] = (),
         window: int = 0,
+        airflow_api_conn_id: str = "avsim_airflow_api",
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("logical_date", None)
@@ -94,6 +107,8 @@ class ShardStartOperator(TriggerDagRunOperator):
         super().__init__(**kwargs)
         self.shard = shard
         self.run = run
+        #: Where the admission trigger creates the shard run once admitted.
+        self.airflow_api_conn_id = airflow_api_conn_id
         self.admission = AdmissionGate.of(
             case_ends, admission_pools, window, self.task_id, self.poke_interval
         )
@@ -123,11 +138,30 @@ class ShardStartOperator(TriggerDagRunOperator):
             run_id=context["dag_run"].run_id,
             shard_dag_id=self.trigger_dag_id,
         )
-        trigger = self.admission.wait_trigger(self.descriptor, shard, week)
+        trigger = self.admission.wait_trigger(
+            self.descriptor, shard, week, self._run_to_start(context, run_id)
+        )
         if trigger is not None:
             self.defer(trigger=trigger, method_name="execute_admitted", timeout=SHARD_WAIT_TIMEOUT)
         start_shard_run(self, context, shard, run_id)
         return run_id
+
+    def _run_to_start(self, context: Context, run_id: str) -> RunToStart:
+        """What the admission trigger needs to create this shard run itself once admitted."""
+        from avsim.triggers.admission import RunToStart
+
+        logical_date = shard_logical_date(context, int(self.shard))
+        run = self.descriptor
+        return RunToStart(
+            dag_id=self.trigger_dag_id,
+            run_id=run_id,
+            conf=_conf(self),
+            logical_date=None if logical_date is None else logical_date.isoformat(),
+            note=self.note,
+            api_conn_id=self.airflow_api_conn_id,
+            artifact_root=run.artifact_root,
+            image=run.image,
+        )
 
     def execute_admitted(self, context: Context, event: dict[str, Any]) -> Any:
         """Back from the admission trigger: decide again from the start (the breaker may have opened,

@@ -1,10 +1,11 @@
 """The trigger a ``shard_start`` task waits on before it starts its shard run: room among the week's cases.
 
 :class:`ShardAdmissionTrigger` counts the week's unfinished cases every ``poll_interval`` seconds
-through the execution API (:func:`avsim.plan.week_counts.read_in_flight`) and fires ``admitted`` when
-shard k may start (:func:`avsim.plan.admission.admit`), ``recheck`` after ``recheck_seconds`` without room,
-or ``error`` once counts have failed for ``outage_seconds``; never within ``min_wait_seconds`` of its
-start. Its arguments are plain JSON (docs/design.md, "Admission by cases in flight (the default)").
+through the execution API (:func:`avsim.plan.week_counts.read_in_flight`). Admitted, it creates the
+shard run itself through the REST API and ends the task (no worker resumes); else, or when that fails,
+it fires ``admitted``, ``recheck`` after ``recheck_seconds`` without room, or ``error`` once counts have
+failed for ``outage_seconds``, never within ``min_wait_seconds`` of its start (docs/design.md,
+"Admission by cases in flight (the default)").
 """
 
 from __future__ import annotations
@@ -12,18 +13,39 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
 from avsim.plan.week_counts import ExecutionApiCounts, WeekCounts, WeekShape, decide, read_in_flight
 from avsim.resume import FALLBACK_SECONDS, resume_not_before
+
+if TYPE_CHECKING:
+    from avsim.hooks.airflow_api import AirflowApiHook
 
 #: A waiting shard derives its target again from the pools this often (seconds).
 RECHECK_SECONDS = 300.0
 #: How long counts may keep failing (the API server down or restarting) before the trigger gives up.
 OUTAGE_SECONDS = 900.0
+
+
+@dataclass(frozen=True)
+class RunToStart:
+    """The shard run an admission trigger creates once admitted (JSON in the trigger's arguments)."""
+
+    dag_id: str
+    run_id: str
+    conf: dict[str, Any]
+    #: ISO 8601, or None.
+    logical_date: str | None
+    note: str | None
+    #: The REST API connection (``[avsim] airflow_api_conn_id``).
+    api_conn_id: str
+    #: Where the build's circuit breaker is read: no run starts while it is open.
+    artifact_root: str
+    image: str
 
 
 class ShardAdmissionTrigger(BaseTrigger):
@@ -36,7 +58,9 @@ class ShardAdmissionTrigger(BaseTrigger):
     :param recheck_seconds: after this long without room, fire ``recheck``.
     :param max_failed_polls: at least this many failed counts in a row before an ``error`` event.
     :param outage_seconds: and counts failing for at least this long.
-    :param min_wait_seconds: no event sooner after the trigger starts.
+    :param min_wait_seconds: no event that resumes the task sooner after the trigger starts.
+    :param start: the shard run to create once admitted (:class:`RunToStart`, as JSON); None: the task
+        creates it when it resumes.
     """
 
     def __init__(
@@ -50,6 +74,7 @@ class ShardAdmissionTrigger(BaseTrigger):
         max_failed_polls: int = 5,
         min_wait_seconds: float = FALLBACK_SECONDS,
         outage_seconds: float = OUTAGE_SECONDS,
+        start: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.week = dict(week)
@@ -60,6 +85,7 @@ class ShardAdmissionTrigger(BaseTrigger):
         self.max_failed_polls = int(max_failed_polls)
         self.min_wait_seconds = float(min_wait_seconds)
         self.outage_seconds = float(outage_seconds)
+        self.start = dict(start) if start else None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -73,6 +99,7 @@ class ShardAdmissionTrigger(BaseTrigger):
                 "max_failed_polls": self.max_failed_polls,
                 "min_wait_seconds": self.min_wait_seconds,
                 "outage_seconds": self.outage_seconds,
+                "start": self.start,
             },
         )
 
@@ -80,12 +107,51 @@ class ShardAdmissionTrigger(BaseTrigger):
     def counts(self) -> WeekCounts:
         return ExecutionApiCounts()
 
+    @cached_property
+    def api(self) -> AirflowApiHook:
+        from avsim.hooks.airflow_api import AirflowApiHook
+
+        assert self.start is not None
+        return AirflowApiHook(str(self.start["api_conn_id"]))
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         began = time.monotonic()
         async for event in self._events(began):
+            if event.payload.get("status") == "admitted" and self.start:
+                ended = await self._start_here(RunToStart(**self.start))
+                if ended is not None:
+                    yield ended
+                    return
             await resume_not_before(began, self.min_wait_seconds)
             yield event
             return
+
+    async def _start_here(self, run: RunToStart) -> TaskSuccessEvent | None:
+        """Create the admitted shard run and end the task: no worker starts, and no resume bound is
+        waited for (a task ended by its trigger is done before its deferring try's exit arrives).
+        None when the breaker is open or the API fails: the task resumes, decides again and says why."""
+        from avsim.ledger.breaker import Breaker, image_digest
+
+        try:
+            breaker = Breaker(run.artifact_root, image_digest(run.image))
+            if (await asyncio.to_thread(breaker.state)).is_open:
+                return None
+            created = await asyncio.to_thread(
+                self.api.create_dag_run,
+                run.dag_id,
+                run.run_id,
+                conf=run.conf,
+                logical_date=run.logical_date,
+                note=run.note,
+            )
+        except Exception as exc:
+            self.log.warning(
+                "shard %d: creating %s failed (%s); the task creates it", self.shard, run.run_id, exc
+            )
+            return None
+        self.log.info("shard run %s %s", run.run_id, "created" if created else "already there")
+        # The "Triggered DAG" link reads the run's id from trigger_run_id, as after the task's own start.
+        return TaskSuccessEvent(xcoms={"trigger_run_id": run.run_id, "return_value": run.run_id})
 
     async def _events(self, began: float) -> AsyncIterator[TriggerEvent]:
         try:

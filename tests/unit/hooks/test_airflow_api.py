@@ -88,3 +88,17 @@ def test_another_conflict_is_not_tried_again(server: _Server) -> None:
 def test_collided() -> None:
     assert collided(500, "") and collided(503, "x") and collided(409, UNIQUE_VIOLATION)
     assert not collided(409, "conflict") and not collided(404, UNIQUE_VIOLATION) and not collided(200, "")
+
+
+def test_creating_a_dag_run_that_exists_says_so_and_any_other_refusal_raises(server: _Server) -> None:
+    """The admission trigger creates a shard run; another try may have created it: HTTP 409 is False."""
+    exists = json.dumps({"detail": "DAG Run with id 'w1__shard_0003' already exists"})
+    server.answers = [(200, json.dumps({"dag_run_id": "w1__shard_0003"})), (409, exists), (400, "{}")]
+    hook = AirflowApiHook("test_api")
+    args = {"conf": {"shard": 3}, "logical_date": "2026-12-07T06:00:00.000003+00:00", "note": "n"}
+    assert hook.create_dag_run("avsim_weekly_shard", "w1__shard_0003", **args) is True
+    assert server.bodies[0] == {"dag_run_id": "w1__shard_0003", **args}
+    assert hook.create_dag_run("avsim_weekly_shard", "w1__shard_0003", **args) is False
+    with pytest.raises(AirflowApiError) as refused:
+        hook.create_dag_run("avsim_weekly_shard", "w1__shard_0003", **args)
+    assert refused.value.status == 400

@@ -118,7 +118,7 @@ def test_a_shard_without_room_defers_on_admission_and_a_failed_count_fails_it(
         shard_size=2,
         admission={"configured": 4, "target": 4},
     )
-    assert op.admission.patience_seconds == 30  # counts again in the worker before it defers
+    assert op.admission.patience_seconds == 6  # counts again in the worker before it defers
     op.admission = replace(op.admission, patience_seconds=0)
     comms = FakeSupervisor()
     with supervising(comms), pytest.raises(TaskDeferred) as deferred:
@@ -128,6 +128,10 @@ def test_a_shard_without_room_defers_on_admission_and_a_failed_count_fails_it(
     assert isinstance(trigger, ShardAdmissionTrigger) and deferred.value.method_name == "execute_admitted"
     assert (trigger.shard, trigger.target) == (3, 4)
     assert trigger.week["shards_task_id"] == "shard_start"
+    # Admitted, the trigger creates the run itself, as the task would have.
+    assert trigger.start is not None and trigger.start["run_id"] == RUN_ID
+    assert (trigger.start["dag_id"], trigger.start["api_conn_id"]) == ("avsim_weekly_shard", "avsim_airflow_api")
+    assert trigger.start["image"] == IMAGE
     with pytest.raises(AvsimError, match="could not be counted"):
         op.execute_admitted(
             {"ti": _AdmissionTI(None), "dag_run": FakeRun()}, {"status": "error", "message": "unreachable"}

@@ -221,3 +221,89 @@ def test_a_window_week_admits_by_shard_runs_in_progress_not_by_cases() -> None:
     fake.runs, fake.shards = (2,), {"shards_0": "success", "shards_1": "success", "shards_2": "deferred"}
     event = _first_event(_trigger(fake, week=window.to_json()))
     assert event["status"] == "admitted" and "1 shard runs in progress < W = 2" in event["reason"]
+
+
+# -- admitted, the trigger starts the shard run itself and ends the task ------------------------------
+
+IMAGE = "registry.local/sim@sha256:" + "e" * 64
+
+
+class FakeApi:
+    """The REST API the trigger creates the shard run through (the boundary mocked:
+    :class:`avsim.hooks.airflow_api.AirflowApiHook`); ``error`` makes every call fail."""
+
+    def __init__(self, error: Exception | None = None, exists: bool = False) -> None:
+        self.error, self.exists = error, exists
+        self.created: list[tuple[str, str, dict[str, Any]]] = []
+
+    def create_dag_run(self, dag_id: str, dag_run_id: str, **kwargs: Any) -> bool:
+        if self.error is not None:
+            raise self.error
+        self.created.append((dag_id, dag_run_id, kwargs))
+        return not self.exists
+
+
+def _start(root: Any) -> dict[str, Any]:
+    return {
+        "dag_id": "avsim_weekly_shard",
+        "run_id": "r1__shard_0003",
+        "conf": {"shard": 3},
+        "logical_date": "2026-12-07T06:00:00.000003+00:00",
+        "note": None,
+        "api_conn_id": "avsim_airflow_api",
+        "artifact_root": f"file://{root}",
+        "image": IMAGE,
+    }
+
+
+def _end_event(trigger: ShardAdmissionTrigger) -> Any:
+    async def first() -> Any:
+        async for event in trigger.run():
+            return event
+        raise AssertionError("the trigger ended without an event")
+
+    return asyncio.run(asyncio.wait_for(first(), timeout=30))
+
+
+def test_admitted_it_creates_the_shard_run_and_ends_the_task_without_the_resume_bound(tmp_path: Any) -> None:
+    """No worker resumes the task: the run is created from the triggerer and the task ends successful
+    with the link's XCom, at once (the resume bound guards only a task that resumes in a worker)."""
+    from airflow.triggers.base import TaskSuccessEvent
+
+    trigger = _trigger(FakeCounts(finished=20), min_wait_seconds=5, start=_start(tmp_path))
+    api = trigger.__dict__["api"] = FakeApi()
+    began = time.monotonic()
+    event = _end_event(trigger)
+    assert time.monotonic() - began < 5
+    assert isinstance(event, TaskSuccessEvent)
+    assert event.xcoms == {"trigger_run_id": "r1__shard_0003", "return_value": "r1__shard_0003"}
+    [(dag_id, run_id, kwargs)] = api.created
+    assert (dag_id, run_id, kwargs["conf"]) == ("avsim_weekly_shard", "r1__shard_0003", {"shard": 3})
+    assert kwargs["logical_date"] == "2026-12-07T06:00:00.000003+00:00"
+    # Created by another try meanwhile: the task ends all the same.
+    trigger = _trigger(FakeCounts(finished=20), start=_start(tmp_path))
+    trigger.__dict__["api"] = FakeApi(exists=True)
+    assert isinstance(_end_event(trigger), TaskSuccessEvent)
+
+
+def test_an_open_breaker_or_a_failing_api_leaves_the_start_to_the_task(tmp_path: Any) -> None:
+    """The task resumes (after the bound), decides again and says why: the breaker refuses the run,
+    or the task creates it through the execution API."""
+    from avsim.hooks.airflow_api import AirflowApiError
+    from avsim.ledger.breaker import Breaker, image_digest
+
+    trigger = _trigger(FakeCounts(finished=20), start=_start(tmp_path))
+    api = trigger.__dict__["api"] = FakeApi(error=AirflowApiError("POST answered HTTP 503", status=503))
+    assert dict(_end_event(trigger).payload)["status"] == "admitted"
+    assert Breaker(f"file://{tmp_path}", image_digest(IMAGE)).trip("canary gate: 20 of 20 crashed")
+    trigger = _trigger(FakeCounts(finished=20), start=_start(tmp_path))
+    api = trigger.__dict__["api"] = FakeApi()
+    assert dict(_end_event(trigger).payload)["status"] == "admitted"
+    assert api.created == []
+
+
+def test_serialize_carries_the_run_to_start(tmp_path: Any) -> None:
+    trigger = _trigger(FakeCounts(), start=_start(tmp_path))
+    _, kwargs = trigger.serialize()
+    assert json.loads(json.dumps(kwargs)) == kwargs
+    assert ShardAdmissionTrigger(**kwargs).start == _start(tmp_path)
