@@ -202,11 +202,19 @@ def main() -> None:
     ap.add_argument("--lease-seconds", type=float, default=20.0)
     ap.add_argument("--time-scale", type=float, default=0.002)
     ap.add_argument("--timeout", type=float, default=3600.0)
+    ap.add_argument("--keep", type=Path, default=None, help="keep the stacks' files (logs) in this directory")
     args = ap.parse_args()
     args.cases = args.cases or (120 if args.quick else 400)
     args.target = args.target or (30 if args.quick else 60)
     t0 = time.time()
-    with tempfile.TemporaryDirectory(prefix="avsim-stragglers-") as tmp, stack_for(Path(tmp), args) as stack:
+    with (
+        (
+            contextlib.nullcontext(str(args.keep))
+            if args.keep
+            else tempfile.TemporaryDirectory(prefix="avsim-stragglers-")
+        ) as tmp,
+        stack_for(Path(tmp), args) as stack,
+    ):
         clean_doc = week_manifest(args.cases, args.time_scale, args.lease_seconds, 0.0)
         clean, _, _ = run_week(stack, "bench__clean", clean_doc, args.timeout)
         print(f"clean week: {args.cases} cases in {clean:.0f} s", flush=True)

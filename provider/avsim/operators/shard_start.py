@@ -25,9 +25,10 @@ SHARD_WAIT_TIMEOUT = dt.timedelta(days=8)
 
 #: The mapped task that admits and starts the shard runs (``shards`` waits for each).
 SHARD_START_TASK = "shard_start"
-#: ``shard_start`` task instances at once: the starts wait in shard order, so the next one and the one
-#: after it are all that need a slot.
-SHARD_STARTS_AT_ONCE = 2
+#: ``shard_start`` task instances at once: when many cases end together, every shard that fits starts
+#: in the same count, and a target holds about three shard runs (``SHARD_SHARE``), plus the one that
+#: refills it. Waiting, they are deferred: no worker slot.
+SHARD_STARTS_AT_ONCE = 4
 
 
 def shard_logical_date(context: Context, shard: int) -> dt.datetime | None:
@@ -83,8 +84,8 @@ def breaker_refusal(run: RunDescriptor, what: str) -> Exception:
 class ShardStartOperator(TriggerDagRunOperator):
     """Admits one shard run and creates it, then ends; ``shards`` waits for the run.
 
-    Mapped with a small ``max_active_tis_per_dagrun``: the starts wait in shard order, so only the
-    next one or two need a slot, and a shard run that is still running holds none. A shard run that
+    Mapped with a small ``max_active_tis_per_dagrun``: the next few starts are all that can fit, and
+    a shard run that is still running holds none. A shard run that
     exists already (another try, a repair) is left to ``shards``; while the build's circuit breaker
     is open no shard run starts. Admission is its :class:`AdmissionGate`."""
 

@@ -58,6 +58,9 @@ class InFlight:
     #: The earliest shard before this one with neither a shard run nor an ended ``shard_start`` task
     #: (it starts first); None when there is none.
     earlier_waiting: int | None = None
+    #: The cases of every such earlier shard: admission counts them as started, so later shards take
+    #: only the room the earlier ones leave, and all that fit start together.
+    earlier_waiting_cases: int = 0
     #: The week's shard runs in progress (the canary's included).
     active_runs: int = 0
 
@@ -87,21 +90,26 @@ class Admission:
 def admit(shard: int, size: int, in_flight: InFlight, target: int) -> Admission:
     """Whether shard ``shard`` (``size`` cases) may start its run now, ``target`` cases in flight.
 
-    It waits for an earlier shard that has not started; else it starts as soon as fewer than
-    ``target`` cases are unfinished. The target is what the week never drops below while cases wait
-    to start, so a shard run refills it the moment a case ends and the week peaks at ``target + size
-    - 1``: waiting until a whole shard run fits would let the week sink to ``target - size`` before
-    every start, and the GPUs idle behind the week's stragglers."""
+    It starts as soon as fewer than ``target`` cases are unfinished, counting the cases of the earlier
+    shards still to start as started: a later shard never takes the room an earlier one needs, and
+    when many cases end at once every shard that fits starts in the same count, not one after the
+    other. The target is what the week never drops below while cases wait to start, so a shard run
+    refills it the moment a case ends and the week peaks at ``target + size - 1``: waiting until a
+    whole shard run fits would let the week sink to ``target - size`` before every start, and the GPUs
+    idle behind the week's stragglers."""
     unfinished = in_flight.unfinished_cases
-    if in_flight.earlier_waiting is not None:
-        return Admission(
-            AdmissionVerdict.WAIT_TURN,
-            f"shard {in_flight.earlier_waiting} has not started yet and goes first",
-        )
-    if unfinished < target:
+    ahead = in_flight.earlier_waiting_cases
+    if unfinished + ahead < target:
+        after = f" after the {ahead} of the shards before it" if ahead else ""
         return Admission(
             AdmissionVerdict.ADMIT,
-            f"{unfinished} cases in flight < target {target}: shard {shard} ({size} cases) starts",
+            f"{unfinished} cases in flight{after} < target {target}: shard {shard} ({size} cases) starts",
+        )
+    if in_flight.earlier_waiting is not None and unfinished < target:
+        return Admission(
+            AdmissionVerdict.WAIT_TURN,
+            f"shard {in_flight.earlier_waiting} has not started yet and goes first ({unfinished} cases in "
+            f"flight and {ahead} to start before this shard, target {target})",
         )
     return Admission(
         AdmissionVerdict.WAIT_ROOM,

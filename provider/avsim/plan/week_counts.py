@@ -210,16 +210,13 @@ def read_in_flight(counts: WeekCounts, week: WeekShape, shard: int) -> InFlight:
     active = [r for r in run_ids if r in runs and runs[r].get(SHARD_LAST_TASK) not in ENDED_TI_STATES]
     sizes = {week.run_id_of(k): week.size_of(k) for k in range(1, week.shard_count + 1)}
     sizes[canary_run_id(week.run_id)] = week.canary_cases
-    earlier_waiting = None
+    waiting: list[int] = []
     earlier = [k for k in range(1, shard) if week.run_id_of(k) not in runs]
     if earlier:
         states = counts.task_states(
             dag_id=week.dag_id, run_ids=[week.run_id], task_ids=[week.shards_task_id]
         ).get(week.run_id, {})
-        for k in earlier:
-            if states.get(f"{week.shards_task_id}_{k - 1}") not in ENDED_TI_STATES:
-                earlier_waiting = k
-                break
+        waiting = [k for k in earlier if states.get(f"{week.shards_task_id}_{k - 1}") not in ENDED_TI_STATES]
     finished = 0
     if not week.window:  # the window counts shard runs, not cases
         finished = sum(
@@ -228,7 +225,8 @@ def read_in_flight(counts: WeekCounts, week: WeekShape, shard: int) -> InFlight:
     return InFlight(
         admitted_cases=sum(sizes.get(r, 0) for r in active),
         finished_cases=finished,
-        earlier_waiting=earlier_waiting,
+        earlier_waiting=waiting[0] if waiting else None,
+        earlier_waiting_cases=sum(week.size_of(k) for k in waiting),
         active_runs=len(active),
     )
 

@@ -11,6 +11,7 @@ failed for ``outage_seconds``, never within ``min_wait_seconds`` of its start (d
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -145,8 +146,15 @@ class ShardAdmissionTrigger(BaseTrigger):
                 note=run.note,
             )
         except Exception as exc:
-            self.log.warning(
-                "shard %d: creating %s failed (%s); the task creates it", self.shard, run.run_id, exc
+            # A service account without "can create" on DAG Runs is refused (HTTP 403): a setting, not a
+            # fault (docs/deployment.md, "avsim's service account").
+            refused = getattr(exc, "status", None) == 403
+            self.log.log(
+                logging.INFO if refused else logging.WARNING,
+                "shard %d: %s could not be created from the triggerer (%s); the task creates it",
+                self.shard,
+                run.run_id,
+                exc,
             )
             return None
         self.log.info("shard run %s %s", run.run_id, "created" if created else "already there")

@@ -114,10 +114,22 @@ def test_shard_case_count_agrees_with_cut_shards(cases: int, size: int, canary: 
 # --- admit ------------------------------------------------------------------------------------------
 
 
-def test_an_earlier_shard_waiting_goes_first_even_with_room() -> None:
-    decision = admit(5, 10, InFlight(admitted_cases=0, finished_cases=0, earlier_waiting=3), target=1_000)
+def test_the_shards_before_it_take_their_room_first_and_all_that_fit_start_together() -> None:
+    """Shards 3 and 4 (10 cases each) have not started; shard 5 asks. Their cases count as started:
+    with 0 in flight and a target of 1,000 all three fit and start in the same count. With 15 in flight
+    and a target of 30, shard 3 fits (15 < 30), shard 4 too (25 < 30), shard 5 not (35): it waits its
+    turn; with 30 in flight nothing fits and it waits for room."""
+    ahead = InFlight(admitted_cases=0, finished_cases=0, earlier_waiting=3, earlier_waiting_cases=20)
+    decision = admit(5, 10, ahead, target=1_000)
+    assert decision.admitted and "after the 20 of the shards before it" in decision.reason
+    busy = InFlight(admitted_cases=15, finished_cases=0, earlier_waiting=3, earlier_waiting_cases=20)
+    assert admit(3, 10, InFlight(15, 0), target=30).admitted
+    assert admit(4, 10, InFlight(15, 0, earlier_waiting=3, earlier_waiting_cases=10), target=30).admitted
+    decision = admit(5, 10, busy, target=30)
     assert decision.verdict is AdmissionVerdict.WAIT_TURN and not decision.admitted
-    assert "shard 3" in decision.reason
+    assert "shard 3" in decision.reason and "20 to start before this shard" in decision.reason
+    full = InFlight(admitted_cases=30, finished_cases=0, earlier_waiting=3, earlier_waiting_cases=20)
+    assert admit(5, 10, full, target=30).verdict is AdmissionVerdict.WAIT_ROOM
 
 
 def test_an_empty_week_admits_a_shard_larger_than_the_target() -> None:

@@ -319,6 +319,7 @@ def test_an_earlier_shard_without_run_waits_unless_its_shards_task_ended() -> No
     # Shard 2 is deferred waiting for room, shard 3 has not been scheduled, shard 4 is the one asking.
     _shards_tis(table, "running", "deferred", None, "running")
     assert read_in_flight(table, week, 4).earlier_waiting == 2
+    assert read_in_flight(table, week, 4).earlier_waiting_cases == 10  # shards 2 and 3 start first
     assert read_in_flight(table, week, 2).earlier_waiting is None  # shard 1 has its run
     assert read_in_flight(table, week, 1).earlier_waiting is None
     # Shard 2's task failed (it will not start its run unless retried): shard 3, scheduled, goes first.
@@ -408,29 +409,20 @@ def test_an_ended_shard_run_holds_no_case_and_a_repaired_one_holds_its_cases_aga
 
 
 def test_a_shard_that_must_wait_counts_again_in_the_worker_before_it_would_defer() -> None:
-    """The two start tasks run together: shard 2 finds shard 1 without its run, looks again 2 s later
-    (no deferral, which resumes no sooner than 15 s), finds it created, and is admitted. A shard
-    without room is admitted the count after a case ends. With neither coming, it gives up after its
-    patience and says why it waits."""
+    """Every 2 s up to its patience: shard 2, behind shard 1's 10 cases still to start against a target
+    of 10, waits its turn and gives up after its patience saying why; with shard 1's run there and one
+    of its cases ended on the third count, it is admitted then. Without patience it counts once."""
     from avsim.plan.admission import AdmissionVerdict
     from avsim.plan.week_counts import decide_now
 
     plan, table = _plan(), TaskTable()
     week = _week(plan, canary=0)
-    _shards_tis(table, "running", "running")
     slept: list[float] = []
-
-    def shard_1_starts(seconds: float) -> None:
-        slept.append(seconds)
-        _start_run(table, shard_run_id(RUN, 1), plan, _split(10))
-
-    decision = decide_now(table, week, 2, 100, patience_seconds=30, sleep=shard_1_starts)
-    assert decision.admitted and slept == [2.0]
     waiting = TaskTable()
     _shards_tis(waiting, "deferred", "running")
-    slept.clear()
-    decision = decide_now(waiting, week, 2, 100, patience_seconds=7, sleep=slept.append)
+    decision = decide_now(waiting, week, 2, 10, patience_seconds=7, sleep=slept.append)
     assert decision.verdict is AdmissionVerdict.WAIT_TURN and slept == [2.0, 2.0, 2.0]
+    _start_run(table, shard_run_id(RUN, 1), plan, _split(10))
     # Room: shard run 1 holds 10 unfinished cases against a target of 10; the third count finds one ended.
     slept.clear()
 

@@ -140,14 +140,15 @@ def test_admitted_when_finished_cases_make_room() -> None:
 
 
 def test_an_earlier_shard_waiting_goes_first_then_this_one_is_admitted() -> None:
-    # Room for shard 3 at once, but shard 2 has neither its run nor an ended task: it goes first.
+    # Shard run 1's cases have all ended; shard 2 has neither its run nor an ended task. Its 10 cases
+    # count as started: with a target of 10 shard 3 waits its turn; with 25 both fit and it starts now.
     fake = FakeCounts(finished=20, runs=(1,), shards={"shards_0": "running", "shards_1": "deferred"})
-    trigger = _trigger(fake, recheck_seconds=0.2)
-    event = _first_event(trigger)
+    event = _first_event(_trigger(fake, recheck_seconds=0.2, target=10))
     assert event["status"] == "recheck"
     assert "shard 2 has not started yet" in event["reason"]
+    assert _first_event(_trigger(fake, target=25))["status"] == "admitted"
     fake.runs = (1, 2)  # shard 2 started its run
-    assert _first_event(_trigger(fake))["status"] == "admitted"
+    assert _first_event(_trigger(fake, target=10))["status"] == "admitted"
 
 
 def test_recheck_after_recheck_seconds_without_room() -> None:
