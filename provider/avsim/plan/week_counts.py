@@ -1,9 +1,9 @@
 """A week's cases in flight, counted from Airflow for admission (:mod:`avsim.plan.admission`).
 
 :class:`ExecutionApiCounts` reads task-instance states and counts through the execution API (the
-deadline tracker counts through it too); a test gives its own :class:`WeekCounts`. One count costs
-two state reads and two counts per graph family, whatever the week's size
-(docs/design.md, "Admission by cases in flight (the default)").
+deadline tracker counts through it too); a test gives its own :class:`WeekCounts`. One count is
+three state reads, the last of the last phases of the shard runs in progress, so it grows with the
+cases in flight, not with the week (docs/design.md, "Admission by cases in flight (the default)").
 """
 
 from __future__ import annotations
@@ -219,9 +219,7 @@ def read_in_flight(counts: WeekCounts, week: WeekShape, shard: int) -> InFlight:
         waiting = [k for k in earlier if states.get(f"{week.shards_task_id}_{k - 1}") not in ENDED_TI_STATES]
     finished = 0
     if not week.window:  # the window counts shard runs, not cases
-        finished = sum(
-            _finished_cases(counts, week.shard_dag_id, active, ends) for ends in week.case_ends if ends
-        )
+        finished = _finished_cases(counts, week.shard_dag_id, active, week.case_ends)
     return InFlight(
         admitted_cases=sum(sizes.get(r, 0) for r in active),
         finished_cases=finished,
@@ -239,31 +237,28 @@ def decide(week: WeekShape, shard: int, found: InFlight, target: int) -> Admissi
     return admit(shard, week.size_of(shard), found, target)
 
 
-def _finished_cases(counts: WeekCounts, dag_id: str, run_ids: list[str], ends: Sequence[str]) -> int:
-    """Cases of one graph family, in ``run_ids``, whose every last phase has ended.
+def _finished_cases(
+    counts: WeekCounts, dag_id: str, run_ids: list[str], case_ends: Sequence[Sequence[str]]
+) -> int:
+    """Cases of ``run_ids`` whose every last phase has ended, every graph family in one state read.
 
-    A family with no case in a shard run leaves its group unexpanded: one task instance with map index
-    -1, skipped (or upstream_failed when the run's case list failed), which is no case. With several
-    last phases a case has ended when all have, counted map index by map index."""
-    if not run_ids:
+    A mapped task instance's key carries its map index (``<task>_<i>``). A family without cases in a
+    run leaves its group unexpanded: one task instance with map index -1 (skipped, or upstream_failed
+    when the run's case list failed), keyed without an index, which is no case. No count can leave it
+    out: the task SDK's client drops a map index below 0 from a count's filter."""
+    family_of = {task: i for i, ends in enumerate(case_ends) for task in ends}
+    if not run_ids or not family_of:
         return 0
-    ended = list(ENDED_TI_STATES)
-    if len(ends) == 1:
-        only = [ends[0]]
-        every = counts.ti_count(dag_id=dag_id, run_ids=run_ids, task_ids=only, states=ended)
-        unexpanded = counts.ti_count(
-            dag_id=dag_id, run_ids=run_ids, task_ids=only, states=ended, map_index=-1
-        )
-        return every - unexpanded
-    states = counts.task_states(dag_id=dag_id, run_ids=run_ids, task_ids=list(ends))
+    states = counts.task_states(dag_id=dag_id, run_ids=run_ids, task_ids=list(family_of))
     n = 0
     for by_task in states.values():
-        per_case: dict[str, int] = {}
+        ended: dict[tuple[int, str], int] = {}
         for key, state in by_task.items():
             task, _, index = key.rpartition("_")
-            if task in ends and index.isdigit() and state in ENDED_TI_STATES:
-                per_case[index] = per_case.get(index, 0) + 1
-        n += sum(1 for count in per_case.values() if count == len(ends))
+            if task in family_of and index.isdigit() and state in ENDED_TI_STATES:
+                case = (family_of[task], index)
+                ended[case] = ended.get(case, 0) + 1
+        n += sum(1 for (family, _), count in ended.items() if count == len(case_ends[family]))
     return n
 
 

@@ -130,7 +130,10 @@ def test_a_shard_without_room_defers_on_admission_and_a_failed_count_fails_it(
     assert trigger.week["shards_task_id"] == "shard_start"
     # Admitted, the trigger creates the run itself, as the task would have.
     assert trigger.start is not None and trigger.start["run_id"] == RUN_ID
-    assert (trigger.start["dag_id"], trigger.start["api_conn_id"]) == ("avsim_weekly_shard", "avsim_airflow_api")
+    assert (trigger.start["dag_id"], trigger.start["api_conn_id"]) == (
+        "avsim_weekly_shard",
+        "avsim_airflow_api",
+    )
     assert trigger.start["image"] == IMAGE
     with pytest.raises(AvsimError, match="could not be counted"):
         op.execute_admitted(
