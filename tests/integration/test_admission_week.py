@@ -94,6 +94,20 @@ def test_a_week_keeps_its_cases_in_flight_under_the_target_the_pools_give(stack:
         assert in_flight < target, (r, in_flight, target)
         overlapping += any(max(ends[other]) > created for other in before)
     assert overlapping, "every shard run started after the earlier ones ended: whole runs, not cases"
+    # Room comes from cases that end, not from shard runs that end: some shard run was created while
+    # the shard runs before it still in progress held the target or more (their finished cases counted).
+    ended_at = dict(
+        query(
+            stack,
+            "SELECT run_id, end_date FROM dag_run WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p",
+            p=f"{run_id}__shard_%",
+        )
+    )
+    held = {
+        r: sum(len(ends[o]) for o, at in runs.items() if at < created and ended_at[o] > created)
+        for r, created in runs.items()
+    }
+    assert max(held.values()) >= target, (held, target)
 
     # Some shards waited for room, deferred on the admission trigger, and were admitted later.
     logs = "\n".join(
@@ -101,7 +115,12 @@ def test_a_week_keeps_its_cases_in_flight_under_the_target_the_pools_give(stack:
         for p in Path(stack.home, "logs").rglob("*.log")
         if "task_id=shard_start" in str(p) and f"run_id={run_id}" in str(p)
     )
-    assert "waiting for room" in logs and "admission: admitted" in logs
+    assert "waiting for room" in logs
+    # Admitted, the trigger created the shard run itself and ended the task (no worker resumed it).
+    assert any(
+        "avsim.triggers.admission.ShardAdmissionTrigger" in line and "created" in line
+        for line in logs.splitlines()
+    ), "no shard run was created by its admission trigger"
 
 
 def _runs_in_progress(stack: LocalStack, run_id: str) -> list[tuple[Any, Any]]:
