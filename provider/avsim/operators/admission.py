@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: How long a start task counts again in the worker, while it must wait, before it defers: the two
-#: start tasks run together, and the earlier one is usually creating its run that second.
+#: How long a start task counts again in the worker, while it must wait, before it defers: the start
+#: tasks run together, and an earlier one is usually creating its run that second.
 PATIENCE_SECONDS = 6.0
 #: Seconds between those counts (each is three state reads: :func:`avsim.plan.week_counts.read_in_flight`).
 PATIENCE_POLL_SECONDS = 2.0

@@ -85,9 +85,9 @@ class ShardStartOperator(TriggerDagRunOperator):
     """Admits one shard run and creates it, then ends; ``shards`` waits for the run.
 
     Mapped with a small ``max_active_tis_per_dagrun``: the next few starts are all that can fit, and
-    a shard run that is still running holds none. A shard run that
-    exists already (another try, a repair) is left to ``shards``; while the build's circuit breaker
-    is open no shard run starts. Admission is its :class:`AdmissionGate`."""
+    a shard run that is still running holds none. A shard run that exists already (another try, a
+    repair) is left to ``shards``; while the build's circuit breaker is open no shard run starts.
+    Admission is its :class:`AdmissionGate`."""
 
     template_fields: Sequence[str] = (*TriggerDagRunOperator.template_fields, "shard", "run")
     ui_color = "#ecdcc9"
