@@ -269,8 +269,8 @@ def test_clear_only_failed_in_the_airflow_ui_repairs_the_week(stack: LocalStack,
     check_repaired_week(stack, run_id, week, before)
 
 
-def shards_log(stack: LocalStack, run_id: str, map_index: int) -> str:
-    logs = stack.home / "logs" / "dag_id=avsim_weekly" / f"run_id={run_id}" / "task_id=shards"
+def task_log(stack: LocalStack, run_id: str, task_id: str, map_index: int) -> str:
+    logs = stack.home / "logs" / "dag_id=avsim_weekly" / f"run_id={run_id}" / f"task_id={task_id}"
     return (logs / f"map_index={map_index}" / "attempt=1.log").read_text()
 
 
@@ -355,8 +355,8 @@ def test_a_repair_of_last_week_runs_at_once_beside_this_week_and_below_it(stack:
     assert wait_for_run(stack, "avsim_weekly", last, timeout=600) == "success"
     check_repaired_week(stack, last, week, before)
     assert wait_for_run(stack, "avsim_weekly", this, timeout=600) == "success"
-    # Every shard run was created by its shards task, which waited on the bounded trigger (item 10),
-    # not by Airflow's task runner deferring on a plain DagStateTrigger.
-    text = shards_log(stack, this, 0)
-    assert f"shard run {this}__shard_0001 created" in text
-    assert "Triggering Dag Run" not in text
+    # Every shard run was created by its shard_start task (or that task's admission trigger), and its
+    # shards task waited on the bounded trigger (item 10), not on a plain DagStateTrigger of Airflow's
+    # task runner.
+    assert f"shard run {this}__shard_0001 created" in task_log(stack, this, "shard_start", 0)
+    assert "Triggering Dag Run" not in task_log(stack, this, "shards", 0)

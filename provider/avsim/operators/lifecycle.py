@@ -137,7 +137,10 @@ class PhaseLifecycle:
         other upstream, so its trigger rule can say "run only when the spot task handed over")."""
         fields = {name: getattr(op, name) for name in _PHASE_NAMES}
         if context is not None and Role(fields["role"]) is Role.ON_DEMAND:
-            fields.update(handed_over(str(op.task_id), context["ti"]))
+            handed = handed_over(str(op.task_id), context["ti"])
+            fields.update(handed)
+            # The task's own fields too: its map index label renders ``task.case.case_id`` after the try.
+            op.case, op.run = handed["case"], handed["run"]
         return cls(PhaseArgs.of(**fields, task_id=op.task_id, retries=op.retries), op.log)
 
     @cached_property

@@ -121,6 +121,8 @@ def test_spot_preemptions_hand_over_to_the_on_demand_twin_exactly_at_n(week: Any
     twin.set_retries = lambda: None  # type: ignore[method-assign]
     twin_ti = TaskInstance(twin.task_id, xcoms=ti.xcoms)
     twin.take_over({"ti": twin_ti})
+    # Its map index label renders {{ task.case.case_id }} after the try (it failed a passing twin).
+    assert twin.case["case_id"] == case["case_id"] and twin.run == run
     took = twin.lifecycle.args
     assert (took.case, took.run, took.node_class) == (
         CaseEntry.model_validate(case),
