@@ -38,6 +38,22 @@ class FakeRun:
 IMAGE = "registry.local/sim@sha256:" + "e" * 64
 
 
+#: The conf of shard run 3 of week w1.
+SHARD_CONF = {"run": {"run_key": "avsim_weekly__w1"}, "shard": 3}
+
+
+def run_of_a_build(root: Path, **fields: Any) -> dict[str, Any]:
+    """The run descriptor (as JSON) of week w1 of build b7, its artifacts under ``root``."""
+    return {
+        "run_key": "avsim_weekly__w1",
+        "artifact_root": f"file://{root}",
+        "canary_count": 1,
+        "image": IMAGE,
+        "build_id": "b7",
+        **fields,
+    }
+
+
 def open_breaker(root: Path) -> None:
     from avsim.ledger.breaker import Breaker, image_digest
 

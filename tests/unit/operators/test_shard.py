@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from tests.support.shard_tasks import (
-    IMAGE,
+    SHARD_CONF,
     FakeParent,
     FakeRun,
     FakeSupervisor,
     FakeTI,
     NewTI,
     open_breaker,
+    run_of_a_build,
     supervising,
 )
 
@@ -125,14 +126,8 @@ def _operator_of_a_build(root: Path) -> ShardRunOperator:
         trigger_dag_id="avsim_weekly_shard",
         trigger_run_id=RUN_ID,
         shard=3,
-        conf={"run": {"run_key": "avsim_weekly__w1"}, "shard": 3},
-        run={
-            "run_key": "avsim_weekly__w1",
-            "artifact_root": f"file://{root}",
-            "canary_count": 1,
-            "image": IMAGE,
-            "build_id": "b7",
-        },
+        conf=SHARD_CONF,
+        run=run_of_a_build(root),
     )
 
 

@@ -11,12 +11,14 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from tests.support.shard_tasks import (
     IMAGE,
+    SHARD_CONF,
     FakeParent,
     FakeRun,
     FakeSupervisor,
     FakeTI,
     NewTI,
     open_breaker,
+    run_of_a_build,
     supervising,
 )
 
@@ -31,16 +33,17 @@ def _start_operator(root: Path, **run: Any) -> ShardStartOperator:
         trigger_dag_id="avsim_weekly_shard",
         trigger_run_id=RUN_ID,
         shard=3,
-        conf={"run": {"run_key": "avsim_weekly__w1"}, "shard": 3},
-        run={
-            "run_key": "avsim_weekly__w1",
-            "artifact_root": f"file://{root}",
-            "canary_count": 1,
-            "image": IMAGE,
-            "build_id": "b7",
-            **run,
-        },
+        conf=SHARD_CONF,
+        run=run_of_a_build(root, **run),
         case_ends=[["standard.report"]],
+    )
+
+
+def _admitting(root: Path, target: int) -> ShardStartOperator:
+    """Shard 3 of a week of 3 shard runs of 2 cases, admitted by ``target`` cases in flight."""
+    admission = {"configured": target, "target": target}
+    return _start_operator(
+        root, canary_count=0, case_count=6, shard_count=3, shard_size=2, admission=admission
     )
 
 
@@ -110,14 +113,7 @@ def test_a_shard_without_room_defers_on_admission_and_a_failed_count_fails_it(
     from avsim.triggers.admission import ShardAdmissionTrigger
 
     monkeypatch.setattr(airflow_internals, "runtime_task_instance", lambda: _FullWeek)
-    op = _start_operator(
-        tmp_path,
-        canary_count=0,
-        case_count=6,
-        shard_count=3,
-        shard_size=2,
-        admission={"configured": 4, "target": 4},
-    )
+    op = _admitting(tmp_path, 4)
     assert op.admission.patience_seconds == 6  # counts again in the worker before it defers
     op.admission = replace(op.admission, patience_seconds=0)
     comms = FakeSupervisor()
@@ -146,14 +142,7 @@ def test_a_shard_with_room_starts_at_once(tmp_path: Path, monkeypatch: pytest.Mo
     from avsim import airflow_internals
 
     monkeypatch.setattr(airflow_internals, "runtime_task_instance", lambda: _FullWeek)
-    op = _start_operator(
-        tmp_path,
-        canary_count=0,
-        case_count=6,
-        shard_count=3,
-        shard_size=2,
-        admission={"configured": 6, "target": 6},
-    )
+    op = _admitting(tmp_path, 6)
     comms = FakeSupervisor()
     with supervising(comms):
         assert op.execute({"ti": _AdmissionTI(None), "dag_run": FakeParent()}) == RUN_ID
