@@ -41,6 +41,8 @@ def test_parent_shape(dagbag) -> None:
     assert shards.max_active_tis_per_dagrun is None
     assert start.admission.window == AvsimSettings().max_active_shards
     assert start.admission.start_task_id == "shard_start" and start.admission.case_ends
+    # Each family's report (CPU) counts its case as ending once it holds its slot.
+    assert start.admission.cpu_ends == tuple(ends[0] for ends in start.admission.case_ends)
     # One map index per shard for both: shards[k] waits for shard_start[k] alone.
     assert start.task_group is shards.task_group and start.task_group.group_id == "shard_runs"
     # A repair of an earlier week runs beside this week: more than one weekly run is active at once.

@@ -31,7 +31,7 @@ from avsim.operators.shard import ShardRunOperator
 from avsim.operators.shard_start import SHARD_START_TASK, SHARD_STARTS_AT_ONCE, ShardStartOperator
 from avsim.plan.model import WeeklyPlan
 from avsim.plan.shards import CANARY_SHARD
-from avsim.plan.week_counts import case_end_tasks
+from avsim.plan.week_counts import case_end_tasks, cpu_end_tasks
 from avsim.priority import ControlTask, control_priority
 from avsim.retries import control_retries
 from avsim.sensors.canary_gate import CanaryGateSensor
@@ -202,6 +202,7 @@ def _shard_runs(week: _Week, shard_specs: Any) -> Any:
             max_active_tis_per_dagrun=SHARD_STARTS_AT_ONCE,
             # Admission: where a case ends, the pools its target follows, W when admitting by window.
             case_ends=[list(t) for t in case_end_tasks(plan.families)],
+            cpu_case_ends=list(cpu_end_tasks(plan.families)),
             admission_pools=week.admission_pools,
             window=plan.max_active_shards,
             airflow_api_conn_id=settings.airflow_api_conn_id,

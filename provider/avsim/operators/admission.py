@@ -34,6 +34,8 @@ class AdmissionGate:
 
     #: Per graph family, the tasks whose end is a case's end (:func:`avsim.plan.week_counts.case_end_tasks`).
     case_ends: tuple[tuple[str, ...], ...] = ()
+    #: Of them, the CPU phases' (:func:`avsim.plan.week_counts.cpu_end_tasks`).
+    cpu_ends: tuple[str, ...] = ()
     #: Where the pools' slots are read (REST connection, GPU spot pool, CPU pool); empty: the target
     #: prepared is kept.
     pools: tuple[str, ...] = ()
@@ -54,9 +56,15 @@ class AdmissionGate:
         window: int,
         start_task_id: str,
         poll_interval: float,
+        cpu_ends: Sequence[str] = (),
     ) -> AdmissionGate:
         return cls(
-            tuple(tuple(t) for t in case_ends), tuple(pools), int(window), start_task_id, float(poll_interval)
+            case_ends=tuple(tuple(t) for t in case_ends),
+            cpu_ends=tuple(cpu_ends),
+            pools=tuple(pools),
+            window=int(window),
+            start_task_id=start_task_id,
+            poll_interval=float(poll_interval),
         )
 
     def target(self, plan: AdmissionPlan) -> int:
@@ -86,6 +94,7 @@ class AdmissionGate:
             shard_dag_id=shard_dag_id,
             shards_task_id=self.start_task_id,
             case_ends=self.case_ends,
+            cpu_ends=self.cpu_ends,
             window=self.window,
         )
 

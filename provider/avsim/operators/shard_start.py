@@ -98,6 +98,7 @@ class ShardStartOperator(TriggerDagRunOperator):
         shard: Any,
         run: Any,
         case_ends: Sequence[Sequence[str]] = (),
+        cpu_case_ends: Sequence[str] = (),
         admission_pools: Sequence[str] = (),
         window: int = 0,
         airflow_api_conn_id: str = "avsim_airflow_api",
@@ -111,7 +112,7 @@ class ShardStartOperator(TriggerDagRunOperator):
         #: Where the admission trigger creates the shard run once admitted.
         self.airflow_api_conn_id = airflow_api_conn_id
         self.admission = AdmissionGate.of(
-            case_ends, admission_pools, window, self.task_id, self.poke_interval
+            case_ends, admission_pools, window, self.task_id, self.poke_interval, cpu_case_ends
         )
         #: The map index label is shared with ``shards`` ("shard 3 · 2 need attention"); a start has none.
         self.attention_label = ""

@@ -53,7 +53,8 @@ class InFlight:
 
     #: Cases of the week's shard runs that exist (the canary's included).
     admitted_cases: int
-    #: Of them, cases whose every last phase has ended (passed, failed, or ruled out).
+    #: Of them, cases whose every last phase has ended (passed, failed, or ruled out), or is a CPU
+    #: phase in its slot (:func:`avsim.plan.week_counts.cpu_end_tasks`): ending within that phase.
     finished_cases: int
     #: The earliest shard before this one with neither a shard run nor an ended ``shard_start`` task
     #: (it starts first); None when there is none.

@@ -27,6 +27,10 @@ from avsim.plan.admission import (
 #: unless cleared.
 ENDED_TI_STATES = ("success", "failed", "upstream_failed", "skipped", "removed")
 
+#: Task-instance states in which a task instance holds its pool slot: a case whose last phases are CPU
+#: phases in one of them counts as ending (:attr:`WeekShape.cpu_ends`). ``scheduled`` holds no slot.
+IN_SLOT_TI_STATES = ("queued", "running", "deferred")
+
 #: The shard DAG's first task: its task instance is created with the shard run.
 SHARD_FIRST_TASK = "load_shard"
 #: The shard DAG's last task (trigger rule all_done): when it has ended, every case of the run has.
@@ -126,15 +130,28 @@ class WeekShape:
     #: Per graph family: the task ids whose ended task instances count the family's finished cases
     #: (one per last phase; with several, a case has ended when all have, so the smallest count holds).
     case_ends: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
+    #: Of those, the CPU phases' tasks: a case counts as ending once each of them is in its slot
+    #: (:func:`cpu_end_tasks`), so a refill lands as the case ends, not one count later.
+    cpu_ends: tuple[str, ...] = field(default_factory=tuple)
     #: ``[avsim] admission = window``: at most this many shard runs in progress (W); 0 admits by cases.
     window: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__, "case_ends": [list(t) for t in self.case_ends]}
+        return {
+            **self.__dict__,
+            "case_ends": [list(t) for t in self.case_ends],
+            "cpu_ends": list(self.cpu_ends),
+        }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> WeekShape:
-        return cls(**{**doc, "case_ends": tuple(tuple(t) for t in doc.get("case_ends") or ())})
+        return cls(
+            **{
+                **doc,
+                "case_ends": tuple(tuple(t) for t in doc.get("case_ends") or ()),
+                "cpu_ends": tuple(doc.get("cpu_ends") or ()),
+            }
+        )
 
     @classmethod
     def of_run(
@@ -146,6 +163,7 @@ class WeekShape:
         shard_dag_id: str,
         shards_task_id: str,
         case_ends: Sequence[Sequence[str]],
+        cpu_ends: Sequence[str] = (),
         window: int = 0,
     ) -> WeekShape | None:
         """The week of run descriptor ``run``: admitted by cases in flight, or by a ``window`` of W shard
@@ -164,6 +182,7 @@ class WeekShape:
             cases=run.case_count - run.canary_count,
             canary_cases=run.canary_count,
             case_ends=tuple(tuple(t) for t in case_ends),
+            cpu_ends=tuple(cpu_ends),
             window=0 if run.admission is not None else window,
         )
 
@@ -197,6 +216,17 @@ def case_end_tasks(families: Sequence[Any]) -> tuple[tuple[str, ...], ...]:
     return tuple(out)
 
 
+def cpu_end_tasks(families: Sequence[Any]) -> tuple[str, ...]:
+    """Of :func:`case_end_tasks`, the CPU phases' (no GPU): short and in their own pool, so a case whose
+    only work left is them in their slots ends within a phase, while a GPU last phase may run for long."""
+    return tuple(
+        f"{family.group_id}.{phase.name}"
+        for family in families
+        for phase in family.phases
+        if not phase.gpus and not any(phase.name in p.upstream for p in family.phases)
+    )
+
+
 def read_in_flight(counts: WeekCounts, week: WeekShape, shard: int) -> InFlight:
     """The week's cases in flight as shard ``shard`` sees them (:class:`avsim.plan.admission.InFlight`).
 
@@ -219,7 +249,7 @@ def read_in_flight(counts: WeekCounts, week: WeekShape, shard: int) -> InFlight:
         waiting = [k for k in earlier if states.get(f"{week.shards_task_id}_{k - 1}") not in ENDED_TI_STATES]
     finished = 0
     if not week.window:  # the window counts shard runs, not cases
-        finished = _finished_cases(counts, week.shard_dag_id, active, week.case_ends)
+        finished = _finished_cases(counts, week.shard_dag_id, active, week.case_ends, week.cpu_ends)
     return InFlight(
         admitted_cases=sum(sizes.get(r, 0) for r in active),
         finished_cases=finished,
@@ -238,15 +268,23 @@ def decide(week: WeekShape, shard: int, found: InFlight, target: int) -> Admissi
 
 
 def _finished_cases(
-    counts: WeekCounts, dag_id: str, run_ids: list[str], case_ends: Sequence[Sequence[str]]
+    counts: WeekCounts,
+    dag_id: str,
+    run_ids: list[str],
+    case_ends: Sequence[Sequence[str]],
+    cpu_ends: Sequence[str] = (),
 ) -> int:
-    """Cases of ``run_ids`` whose every last phase has ended, every graph family in one state read.
+    """Cases of ``run_ids`` whose every last phase has ended, or for a CPU phase (``cpu_ends``) is in its
+    slot, every graph family in one state read. Counting a case as ending there starts the next shard run
+    while its last phase runs: a refill takes a count and a REST call (seconds), and equal cases end
+    together. The cases counted early are at most the CPU pool's slots.
 
     A mapped task instance's key carries its map index (``<task>_<i>``). A family without cases in a
     run leaves its group unexpanded: one task instance with map index -1 (skipped, or upstream_failed
     when the run's case list failed), keyed without an index, which is no case. No count can leave it
     out: the task SDK's client drops a map index below 0 from a count's filter."""
     family_of = {task: i for i, ends in enumerate(case_ends) for task in ends}
+    in_slot_ends = set(cpu_ends)
     if not run_ids or not family_of:
         return 0
     states = counts.task_states(dag_id=dag_id, run_ids=run_ids, task_ids=list(family_of))
@@ -255,7 +293,8 @@ def _finished_cases(
         ended: dict[tuple[int, str], int] = {}
         for key, state in by_task.items():
             task, _, index = key.rpartition("_")
-            if task in family_of and index.isdigit() and state in ENDED_TI_STATES:
+            ending = state in ENDED_TI_STATES or (task in in_slot_ends and state in IN_SLOT_TI_STATES)
+            if task in family_of and index.isdigit() and ending:
                 case = (family_of[task], index)
                 ended[case] = ended.get(case, 0) + 1
         n += sum(1 for (family, _), count in ended.items() if count == len(case_ends[family]))

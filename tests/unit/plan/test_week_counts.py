@@ -23,7 +23,14 @@ from avsim.dagbuild.factory import load_plan
 from avsim.plan.build import build_plan
 from avsim.plan.catalog import parse_catalog
 from avsim.plan.model import WeeklyPlan
-from avsim.plan.week_counts import SHARD_FIRST_TASK, WeekShape, case_end_tasks, decide, read_in_flight
+from avsim.plan.week_counts import (
+    SHARD_FIRST_TASK,
+    WeekShape,
+    case_end_tasks,
+    cpu_end_tasks,
+    decide,
+    read_in_flight,
+)
 from avsim.settings import AvsimSettings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -111,6 +118,7 @@ def _week(
         cases=cases,
         canary_cases=canary,
         case_ends=case_end_tasks(plan.families),
+        cpu_ends=cpu_end_tasks(plan.families),
     )
 
 
@@ -233,12 +241,61 @@ def test_finished_cases_are_those_whose_last_phases_ended() -> None:
     _end_case(table, shard_run_id(RUN, 1), plan, "with_render", 0)
     # upstream_failed ends a case too (its first phase failed for good) ...
     table.set(SHARD_DAG, shard_run_id(RUN, 1), "standard.report", 1, "upstream_failed")
-    # ... a case whose earlier phases ended but whose report is running or retrying has not.
+    # ... a case whose earlier phases ended but whose report waits for a slot or retries has not.
     table.set(SHARD_DAG, shard_run_id(RUN, 1), "standard.evaluate", 2, "success")
-    table.set(SHARD_DAG, shard_run_id(RUN, 1), "standard.report", 2, "running")
+    table.set(SHARD_DAG, shard_run_id(RUN, 1), "standard.report", 2, "scheduled")
     table.set(SHARD_DAG, shard_run_id(RUN, 1), "perception.report", 1, "up_for_retry")
     found = read_in_flight(table, week, 2)
     assert (found.admitted_cases, found.finished_cases, found.unfinished_cases) == (14, 4, 10)
+
+
+def test_cpu_ends_of_the_deployed_plan_are_each_familys_report_and_a_gpu_end_is_none() -> None:
+    assert cpu_end_tasks(_plan().families) == tuple(f"{f}.report" for f in ALL3)
+    assert cpu_end_tasks(_gpu_ended_plan().families) == (
+        "standard.report",
+        "with_render.evaluate",
+        "perception.report",
+    )
+
+
+def test_a_case_whose_cpu_last_phase_holds_its_slot_counts_as_ending() -> None:
+    """A refill takes a count and a REST call; a case whose report is queued, running or deferred (its
+    slot held) ends within that phase, so it makes room now. A report waiting for a slot (scheduled) or
+    retrying after a failed try does not."""
+    plan, table = _plan(), TaskTable()
+    week = _week(plan, canary=0)
+    run = shard_run_id(RUN, 1)
+    _start_run(table, run, plan, _split(10))
+    _shards_tis(table, "running")
+    for i, state in enumerate(("queued", "running", "deferred", "scheduled")):
+        table.set(SHARD_DAG, run, "standard.report", i, state)
+    table.set(SHARD_DAG, run, "perception.report", 0, "up_for_retry")
+    found = read_in_flight(table, week, 2)
+    assert (found.finished_cases, found.unfinished_cases) == (3, 7)
+    # The same week shape without its CPU ends (a trigger deferred by an earlier version) counts ends only.
+    doc = week.to_json()
+    del doc["cpu_ends"]
+    assert read_in_flight(table, WeekShape.from_json(doc), 2).finished_cases == 0
+    assert WeekShape.from_json(week.to_json()) == week
+
+
+def test_a_gpu_last_phase_in_its_slot_keeps_its_case_in_flight() -> None:
+    """A GPU last phase may run for long: its case ends when it has; a CPU branch beside it in its slot
+    does not end the case alone."""
+    plan, table = _gpu_ended_plan(), TaskTable()
+    week = _week(plan, canary=0)
+    run, twin = _two_branch_run(table, plan)
+    table.set(SHARD_DAG, run, "with_render.evaluate", 0, "success")
+    table.set(SHARD_DAG, run, "with_render.render", 0, "running")
+    table.set(SHARD_DAG, run, "with_render.evaluate", 1, "running")
+    table.set(SHARD_DAG, run, "with_render.render", 1, "skipped")
+    table.set(SHARD_DAG, run, twin, 1, "running")
+    assert read_in_flight(table, week, 2).finished_cases == 0
+    # Render passed on spot (twin skipped) while evaluate runs: ending.
+    table.set(SHARD_DAG, run, "with_render.render", 2, "success")
+    table.set(SHARD_DAG, run, twin, 2, "skipped")
+    table.set(SHARD_DAG, run, "with_render.evaluate", 2, "running")
+    assert read_in_flight(table, week, 2).finished_cases == 1
 
 
 def _two_branch_run(table: TaskTable, plan: WeeklyPlan) -> tuple[str, str]:
@@ -278,10 +335,10 @@ def test_cases_ended_on_different_branches_are_not_finished() -> None:
     table.set(SHARD_DAG, run, "with_render.evaluate", 1, "success")
     table.set(SHARD_DAG, run, "with_render.render", 1, "skipped")
     table.set(SHARD_DAG, run, twin, 1, "running")
-    # Case 2: render passed on spot (its twin skipped), evaluate still running.
+    # Case 2: render passed on spot (its twin skipped), evaluate still waiting for a CPU slot.
     table.set(SHARD_DAG, run, "with_render.render", 2, "success")
     table.set(SHARD_DAG, run, twin, 2, "skipped")
-    table.set(SHARD_DAG, run, "with_render.evaluate", 2, "running")
+    table.set(SHARD_DAG, run, "with_render.evaluate", 2, "scheduled")
     assert read_in_flight(table, week, 2).finished_cases == 1
 
 
