@@ -333,7 +333,7 @@ class AttemptService:
         # A triage rerun is no evidence about any build: the week's own attempts were.
         first = (
             rec.attempt == 1
-            and rec.outcome is not Outcome.PREEMPTED
+            and not contract.says_nothing_of_build(rec.outcome, rec.detail)
             and not self.args.is_run_level
             and not books.descriptor.triage_of
         )

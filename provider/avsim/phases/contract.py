@@ -294,14 +294,33 @@ class Detail(StrEnum):
     STORAGE_UNAVAILABLE = "storage_unavailable"
 
 
-#: Details of a class that counts against the build which say the platform, not the build, failed.
-NOT_BUILD_EVIDENCE: frozenset[str] = frozenset({Detail.STORAGE_UNAVAILABLE})
+#: Details that say the platform lost the attempt before the build's process could tell anything: its
+#: worker, its pod or node, the Kubernetes API, the artifact store, or no node to start on.
+PLATFORM_LOSSES: frozenset[str] = frozenset(
+    {
+        Detail.ABANDONED,
+        Detail.WORKER_LOST,
+        Detail.VANISHED,
+        Detail.WATCH_ERROR,
+        Detail.NODE_LOST,
+        Detail.SPAWN,
+        Detail.STARTUP_TIMEOUT,
+        Detail.STORAGE_UNAVAILABLE,
+    }
+)
+
+
+def says_nothing_of_build(outcome: Outcome | None, detail: str = "") -> bool:
+    """Whether an attempt that ended ``outcome``/``detail`` is neither a failure nor a success of its
+    build: preempted, or lost by the platform (:data:`PLATFORM_LOSSES`). The canary gate looks at the
+    phase's next attempt instead, and the circuit breaker leaves it out of its window."""
+    return outcome is Outcome.PREEMPTED or detail in PLATFORM_LOSSES
 
 
 def is_build_evidence(outcome: Outcome | None, detail: str = "") -> bool:
     """Whether an attempt that ended ``outcome``/``detail`` is evidence of a bad build (the canary gate,
-    the circuit breaker): its class counts against the build, and its detail does not clear it."""
-    return outcome is not None and outcome.counts_against_build and detail not in NOT_BUILD_EVIDENCE
+    the circuit breaker): its class counts against the build, and the platform did not lose it."""
+    return outcome is not None and outcome.counts_against_build and detail not in PLATFORM_LOSSES
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from avsim.contracts.week import ShardSummary
 from avsim.ledger.records import AttemptRecord
-from avsim.phases.contract import Outcome, is_build_evidence
+from avsim.phases.contract import is_build_evidence, says_nothing_of_build
 
 PASSED = "passed"
 FAILED = "failed"
@@ -157,13 +157,13 @@ def attempt_evidence(record: AttemptRecord | None, since: str) -> str:
     """Whether a canary phase's attempt record is the gate's evidence (TAKE), says nothing of this
     round (SKIP: look at the phase's next attempt), or has not ended (WAIT).
 
-    ``since``: when the gate's round began (ISO-8601 UTC, "" for every attempt). A preemption says
-    nothing about the build; a failure that ended before the round began is the last round's, and the
-    repair runs the phase again.
+    ``since``: when the gate's round began (ISO-8601 UTC, "" for every attempt). A preemption or an
+    attempt the platform lost says nothing about the build; a failure that ended before the round
+    began is the last round's, and the repair runs the phase again.
     """
     if record is None or record.outcome is None or not record.ended:
         return WAIT
-    if record.outcome is Outcome.PREEMPTED:
+    if says_nothing_of_build(record.outcome, record.detail):
         return SKIP
     if since and not record.outcome.produced_output and record.ended_at < since:
         return SKIP

@@ -22,7 +22,7 @@ from avsim.attempt import books
 from avsim.attempt.books import AttemptBooks
 from avsim.attempt.service import AttemptService
 from avsim.phases.contract import AttemptResult, Detail, Outcome, is_build_evidence
-from avsim.plan.canary import FAILED, gate_decision
+from avsim.plan.canary import FAILED, SKIP, TAKE, attempt_evidence, gate_decision
 
 PREFIX = "s3://avsim_s3@avsim/run/case-1/simulate/a1"
 
@@ -130,6 +130,10 @@ def test_the_breaker_and_the_canary_gate_skip_a_storage_outage() -> None:
 
     blip = {f"c{i}": [rec(f"c{i}", Detail.STORAGE_UNAVAILABLE)] for i in range(10)}
     assert gate_decision(blip, threshold=0.2, canary_done=True, build="b").state != FAILED
+    # The gate looks past a lost attempt to the phase's next one.
+    assert attempt_evidence(rec("c1", Detail.STORAGE_UNAVAILABLE), "") == SKIP
+    assert attempt_evidence(rec("c1", Detail.ABANDONED), "") == SKIP
+    assert attempt_evidence(rec("c1", Detail.CRASH), "") == TAKE
     crash = {f"c{i}": [rec(f"c{i}", Detail.CRASH)] for i in range(10)}
     assert gate_decision(crash, threshold=0.2, canary_done=True, build="b").state == FAILED
 
@@ -141,5 +145,6 @@ def test_the_breaker_and_the_canary_gate_skip_a_storage_outage() -> None:
     svc.books.__dict__["descriptor"] = SimpleNamespace(triage_of=None)  # the week's own attempts
     svc.args.node_class, svc.args.is_run_level = "gpu-spot", False
     svc._measure(rec("c1", Detail.STORAGE_UNAVAILABLE), gpus=1)
+    svc._measure(rec("c3", Detail.ABANDONED), gpus=1)
     svc._measure(rec("c2", Detail.CRASH), gpus=1)
-    assert fed == [False, True]
+    assert fed == [True]  # the lost attempts are neither failures nor successes of the build

@@ -67,3 +67,34 @@ def test_the_policy_reads_budgets_and_delays_from_the_table() -> None:
         [Outcome.INFRA_FAILED] * 3 + [Outcome.PREEMPTED] * 4, _Retry(), policy.Role.REGULAR
     )
     assert (exhausted.action, exhausted.outcome) == (policy.Action.EXHAUSTED, Outcome.INFRA_FAILED)
+
+
+def test_a_platform_loss_says_nothing_of_the_build_and_what_the_build_did_does() -> None:
+    """A week of partial faults (tests/integration/test_faults.py) stopped a good build at its canary: a
+    storage outage failed 16 canary tasks before they could end their attempts, each next try recorded
+    its lost attempt ``abandoned``, and those counted as crashes. An attempt the platform lost (its
+    worker, its pod, its node, the store, the API) is skipped like a preemption, never a failure nor a
+    success of the build; what the build's own process did still counts."""
+    from avsim.phases.contract import Detail, is_build_evidence, says_nothing_of_build
+
+    platform = (
+        Detail.ABANDONED,
+        Detail.WORKER_LOST,
+        Detail.VANISHED,
+        Detail.WATCH_ERROR,
+        Detail.NODE_LOST,
+        Detail.SPAWN,
+        Detail.STARTUP_TIMEOUT,
+        Detail.STORAGE_UNAVAILABLE,
+    )
+    for detail in platform:
+        assert says_nothing_of_build(Outcome.INFRA_FAILED, detail), detail
+        assert not is_build_evidence(Outcome.INFRA_FAILED, detail), detail
+    build = (Detail.CRASH, Detail.OOM, Detail.TIMEOUT, Detail.LEASE_EXPIRED, Detail.MISSING_OUTPUT, "")
+    for detail in build:
+        assert is_build_evidence(Outcome.INFRA_FAILED, detail) and not says_nothing_of_build(
+            Outcome.INFRA_FAILED, detail
+        ), detail
+    assert is_build_evidence(Outcome.BAD_BUILD, Detail.IMAGE_PULL)
+    assert says_nothing_of_build(Outcome.PREEMPTED, Detail.EVICTED)
+    assert not says_nothing_of_build(Outcome.PASSED, "") and not is_build_evidence(Outcome.PASSED, "")
