@@ -5,8 +5,9 @@ and api-server, LocalExecutor, PostgreSQL): the clean week, then the week where 
 ``simulate`` first attempts hang (no progress, no heartbeat) until their lease expires, then pass on
 their retry. Both admit by cases in flight with ``[avsim] cases_in_flight`` set so that admission
 binds. From the first shard run's creation until the last one's, while cases wait to start, the
-cases in flight are sampled every 2 s from the metadata database, as admission counts them (a shard
-run's cases from its creation until they end) and as expanded in the scheduler.
+cases in flight are sampled every 2 s from the metadata database: unfinished (a shard run's cases
+from its creation until each ends; admission itself lets a case whose report holds its slot make
+room, so that the next shard run lands as it ends) and as expanded in the scheduler.
 
 It ends with ``stragglers_real: makespan_vs_clean=R inflight_min_vs_target=R`` (the straggler
 week's makespan over the clean week's, and its fewest cases in flight while cases waited over the
@@ -58,9 +59,8 @@ def week_manifest(cases: int, time_scale: float, lease_seconds: float, hung_shar
 
 class InFlightSampler:
     """A week's cases in flight every :data:`SAMPLE_SECONDS`, while some of its shard runs are still to be
-    created (cases wait to start), two ways: as admission counts them (the cases of its shard runs in
-    progress, from creation until ``summarize`` ends, less those whose ``report`` ended:
-    :func:`avsim.plan.week_counts.read_in_flight`), and as the scheduler holds them (the expanded cases
+    created (cases wait to start), two ways: unfinished (the cases of its shard runs in progress, from
+    creation until ``summarize`` ends, less those whose ``report`` ended), and as the scheduler holds them (the expanded cases
     of running shard runs whose ``report`` has not ended)."""
 
     def __init__(self, conn: str, run_id: str, run: dict[str, Any]) -> None:
@@ -225,8 +225,8 @@ def main() -> None:
         held = [e for _, e in samples] or [target]
         print(
             f"straggler week: {hung} simulate first attempts hang until their {args.lease_seconds:g} s lease; "
-            f"{seconds:.0f} s; while cases waited ({len(samples)} samples), cases in flight as admission "
-            f"counts them: min {min(counted)}, mean {sum(counted) / len(counted):.0f}; expanded in the "
+            f"{seconds:.0f} s; while cases waited ({len(samples)} samples), unfinished cases in flight: "
+            f"min {min(counted)}, mean {sum(counted) / len(counted):.0f}; expanded in the "
             f"scheduler: min {min(held)}, mean {sum(held) / len(held):.0f}; of target {target}",
             flush=True,
         )
