@@ -225,3 +225,76 @@ def test_many_waiting_phases_share_one_watch(kube: tuple[FakeKubeAPI, Any]) -> N
     total = sum(calls.values())
     # One list and one watch of pods and of leases (plus a resumed watch at most), not a poll per pod.
     assert total <= 8, calls
+
+
+class _OutageWatch:
+    """A shared watch (the boundary the trigger reads) that is healthy, then fails for ``outage``
+    seconds from ``outage_at``, then shows the pod ``after``: the pod runs throughout."""
+
+    def __init__(self, name: str, *, outage_at: float, outage: float, after: dict[str, Any]) -> None:
+        import contextlib
+        import time
+
+        self._t0, self._name, self._at, self._outage, self._after = (
+            time.monotonic(),
+            name,
+            outage_at,
+            outage,
+            after,
+        )
+        self._time = time.monotonic
+        self.synced = True
+        self.pods = self.leases = type("Store", (), {"items": {}, "deleted": set()})()
+        self.pods.items[name] = {"metadata": {"name": name}, "status": {"phase": "Running"}}
+
+        class Sub:
+            async def wait(self, seconds: float) -> None:
+                await asyncio.sleep(seconds)
+
+        @contextlib.asynccontextmanager
+        async def subscribe(*_: Any) -> Any:
+            yield Sub()
+
+        self.subscribe = subscribe
+
+    @property
+    def failing(self) -> str:
+        since = self._time() - self._t0
+        if since >= self._at + self._outage:
+            self.pods.items[self._name] = self._after
+        return "connection refused" if self._at <= since < self._at + self._outage else ""
+
+
+_SUCCEEDED = {
+    "status": {
+        "phase": "Succeeded",
+        "containerStatuses": [
+            {"name": "base", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+        ],
+    }
+}
+
+
+def test_an_api_outage_shorter_than_the_bound_does_not_end_a_long_wait() -> None:
+    """The trigger gave up on the first failing check once it had waited 10 check intervals in all,
+    so a 120 s API freeze ended every long phase's wait at once, and a worker that then read the pod
+    still Running deleted it (test_faults: a live pod deleted under its attempt, ended watch_error).
+    The bound is on how long the watch has been failing."""
+    name = "avsim-c1-simulate-a1-0123456789"
+    trigger = trigger_for(name, check_interval=0.02)  # the bound: 10 x 0.02 s of failing watch
+    after = {"metadata": {"name": name}, **_SUCCEEDED}
+    trigger.watch = lambda: _OutageWatch(name, outage_at=0.5, outage=0.12, after=after)  # type: ignore[method-assign]
+    event = asyncio.run(first_event(trigger))
+    assert (event["status"], event["outcome"]) == ("ended", "passed"), event
+
+
+def test_a_longer_api_outage_ends_the_wait_with_an_error_after_the_bound() -> None:
+    import time
+
+    name = "avsim-c2-simulate-a1-0123456789"
+    trigger = trigger_for(name, check_interval=0.02)
+    trigger.watch = lambda: _OutageWatch(name, outage_at=0.3, outage=30, after={})  # type: ignore[method-assign]
+    began = time.monotonic()
+    event = asyncio.run(first_event(trigger))
+    assert event["status"] == "error" and "keeps failing" in event["message"], event
+    assert 0.3 + 0.2 <= time.monotonic() - began < 5

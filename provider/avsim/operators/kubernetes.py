@@ -430,15 +430,33 @@ class KubernetesPhaseOperator(KubernetesPodOperator):
             self.log.warning(
                 "the trigger could not watch pod %s: %s; reading it directly", name, ended.message
             )
-            result = self._read_result(namespace, name, attempt.node_class) or AttemptResult(
-                Outcome.INFRA_FAILED,
-                None,
-                f"lost track of pod {name}: {ended.message}",
-                Detail.WATCH_ERROR,
-                name,
-            )
+            result = self._read_or_wait_again(context, attempt, started, ended)
         final = self._final(result, namespace, name)
         return self._result(context, self.lifecycle.end_attempt(context, attempt, final, started))
+
+    def _read_or_wait_again(
+        self, context: Context, attempt: PhaseAttempt, started: dt.datetime, lost: PodEvent
+    ) -> AttemptResult:
+        """How the pod's attempt ended, read here after its trigger lost the watch. A pod that still
+        runs, or cannot be read, is waited for again (deferred) until the attempt's deadline: an API
+        outage costs its length, never a live attempt. Past the deadline, the attempt ends watch_error."""
+        name, namespace = lost.pod, lost.namespace
+        try:
+            result = self._read_result(namespace, name, attempt.node_class)
+            why = "still runs"
+        except Exception as exc:
+            result, why = None, f"could not be read ({type(exc).__name__}: {exc})"
+        if result is not None:
+            return result
+        age = (dt.datetime.now(dt.UTC) - started).total_seconds()
+        if age < self.attempt_deadline_seconds(attempt):
+            self.log.warning("pod %s %s: watching it again", name, why)
+            self._attempt, self._started = attempt, started
+            self.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=name, namespace=namespace))
+            self.invoke_defer_method(context=context)
+        return AttemptResult(
+            Outcome.INFRA_FAILED, None, f"lost track of pod {name}: {lost.message}", Detail.WATCH_ERROR, name
+        )
 
     def _read_result(self, namespace: str, name: str, node_class: str) -> AttemptResult | None:
         remote = self.pods_hook.read_pod(namespace, name)

@@ -28,6 +28,9 @@ from avsim.resume import FALLBACK_SECONDS, resume_not_before
 
 log = logging.getLogger(__name__)
 
+#: The trigger hands its wait to the worker (an ``error`` event) once the shared watch has failed for
+#: this many check intervals in a row; the worker reads the pod itself and waits again if it runs.
+WATCH_OUTAGE_CHECKS = 10
 #: How long a pod may be missing from a synced watch before it counts as gone (creation races).
 MISSING_GRACE_SECONDS = 30.0
 #: A killed attempt's deletion is tried once more after each of these pauses (Airflow gives on_kill
@@ -238,7 +241,7 @@ class PhasePodTrigger(BaseTrigger):
 
     async def _wait(self) -> PodEvent:
         watch = self.watch()
-        began = time.monotonic()
+        failing_since: float | None = None
         seen = False
         missing_since: float | None = None
         pending_since = time.time()
@@ -247,12 +250,15 @@ class PhasePodTrigger(BaseTrigger):
             while True:
                 await sub.wait(self.check_interval)
                 if watch.failing:
-                    if time.monotonic() - began > 10 * self.check_interval:
+                    # An outage is timed from its start: a long wait is no reason to give up sooner.
+                    failing_since = failing_since or time.monotonic()
+                    if time.monotonic() - failing_since > WATCH_OUTAGE_CHECKS * self.check_interval:
                         return self._event(
                             PodStatus.ERROR,
                             message=f"the watch of {self.namespace} keeps failing: {watch.failing}",
                         )
                     continue
+                failing_since = None
                 if self.deadline_seconds and time.time() - start > self.deadline_seconds:
                     return self._event(
                         PodStatus.ENDED,

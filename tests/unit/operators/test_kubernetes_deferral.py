@@ -254,3 +254,74 @@ def test_an_on_demand_twin_resumes_with_the_case_its_spot_task_handed_over(
     assert twin.resume_execution("phase_complete", {"event": event}, context) == {"outcome": "passed"}
     assert pulls == [("standard.simulate", HANDOVER_XCOM, 4)]
     assert seen == [(spot.lifecycle.args.case, spot.lifecycle.args.run)]
+
+
+def _lost_watch(
+    monkeypatch: pytest.MonkeyPatch, read: Any, started: dt.datetime
+) -> tuple[Any, list[str], list[Any]]:
+    """A phase resumed on its trigger's ``error`` event (the watch kept failing), whose direct read of
+    the pod is ``read``; the pods it deletes and the attempts it ends."""
+    op, attempt = operator(0)
+    monkeypatch.setattr(PhaseLifecycle, "attempt_for", lambda self, context, number, resolved=None: attempt)
+    deleted: list[str] = []
+    ended: list[Any] = []
+    monkeypatch.setattr(op, "_delete", lambda ns, name, grace=None: deleted.append(name))
+    monkeypatch.setattr(op, "_pass_commit", lambda context: None)
+    monkeypatch.setattr(
+        PhaseLifecycle, "end_attempt", lambda self, context, a, result, s: ended.append(result) or result
+    )
+    monkeypatch.setattr(op, "_result", lambda context, result: result)
+    op.__dict__["pods_hook"] = SimpleNamespace(read_pod=read, log_tail=lambda *a: "")
+    name = pods.pod_name("avsim_weekly__x", attempt.case_id, "prepare", 1)
+    event = {
+        "status": "error",
+        "pod": name,
+        "namespace": "avsim",
+        "attempt": 1,
+        "started_at": started.isoformat(),
+        "message": "the watch of avsim keeps failing: connection refused",
+    }
+    return (lambda: op.phase_complete({"ti": SimpleNamespace(map_index=0)}, event)), deleted, ended
+
+
+RUNNING_POD = {"metadata": {"name": "p"}, "status": {"phase": "Running"}}
+
+
+def test_a_pod_still_running_after_the_watch_failed_is_watched_again_not_deleted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """test_faults: during a 120 s API freeze a phase's trigger gave up its watch; the resumed worker read
+    the pod Running, ended the attempt watch_error and deleted the live pod. Now it waits again."""
+
+    def unreachable(ns: str, name: str) -> Any:
+        raise ConnectionError("the API server does not answer")
+
+    for read in (lambda ns, name: RUNNING_POD, unreachable):
+        resume, deleted, ended = _lost_watch(monkeypatch, read, dt.datetime.now(dt.UTC))
+        with pytest.raises(TaskDeferred) as deferred:
+            resume()
+        trigger: Any = deferred.value.trigger
+        name = pods.pod_name("avsim_weekly__x", operator(0)[1].case_id, "prepare", 1)
+        assert (trigger.pod_name, trigger.attempt, trigger.namespace) == (name, 1, "avsim")
+        assert deferred.value.method_name == "phase_complete"
+        assert (deleted, ended) == ([], [])
+
+
+def test_a_lost_watch_past_the_attempts_deadline_ends_it_watch_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    long_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=1)
+    resume, deleted, ended = _lost_watch(monkeypatch, lambda ns, name: RUNNING_POD, long_ago)
+    result = resume()
+    assert (result.outcome, result.detail) == (Outcome.INFRA_FAILED, "watch_error")
+    assert len(deleted) == 1 and len(ended) == 1
+
+
+def test_a_pod_that_ended_while_the_watch_failed_is_read_and_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    done = {
+        "metadata": {"name": "p"},
+        "status": {
+            "phase": "Succeeded",
+            "containerStatuses": [{"name": "base", "state": {"terminated": {"exitCode": 0}}}],
+        },
+    }
+    resume, _, ended = _lost_watch(monkeypatch, lambda ns, name: done, dt.datetime.now(dt.UTC))
+    assert resume().outcome is Outcome.PASSED and len(ended) == 1
