@@ -68,7 +68,8 @@ def test_a_week_keeps_its_cases_in_flight_under_the_target_the_pools_give(stack:
     assert run["shard_size"] == shard_size and shard_size < CASES
     assert target + shard_size < 6 * shard_size, "the old window of W = 6 would have held more"
 
-    # Each shard run's creation and its cases' ends (every family ends on report).
+    # Each shard run's creation, and when each of its cases began ending (its report took its CPU slot,
+    # which is when admission counts it as ending) and ended (every family ends on report).
     runs = dict(
         query(
             stack,
@@ -78,22 +79,33 @@ def test_a_week_keeps_its_cases_in_flight_under_the_target_the_pools_give(stack:
     )
     assert len(runs) == -(-CASES // shard_size)
     ends: dict[str, list[Any]] = {r: [] for r in runs}
-    for r, end in query(
+    ending: dict[str, list[Any]] = {r: [] for r in runs}
+    for r, queued, end in query(
         stack,
-        "SELECT run_id, end_date FROM task_instance WHERE dag_id = 'avsim_weekly_shard' AND run_id LIKE :p "
-        "AND task_id LIKE '%.report' AND map_index >= 0 AND state = 'success'",
+        "SELECT run_id, queued_dttm, end_date FROM task_instance WHERE dag_id = 'avsim_weekly_shard' "
+        "AND run_id LIKE :p AND task_id LIKE '%.report' AND map_index >= 0 AND state = 'success'",
         p=f"{run_id}__shard_%",
     ):
         ends[r].append(end)
+        ending[r].append(queued or end)
     assert sum(len(v) for v in ends.values()) == CASES
-    overlapping = 0
+    overlapping = early = 0
     for r, created in runs.items():
         before = [other for other, at in runs.items() if at < created]
-        in_flight = sum(1 for other in before for end in ends[other] if end > created)
-        # Admitted only while fewer than the target were unfinished: never more than a shard above it.
+        in_flight = sum(1 for other in before for at in ending[other] if at > created)
+        # Admitted only while fewer than the target were unfinished (a case whose report held its slot
+        # counting as ending): never more than a shard above it.
         assert in_flight < target, (r, in_flight, target)
+        early += sum(
+            1
+            for other in before
+            for at, end in zip(ending[other], ends[other], strict=True)
+            if at < created < end
+        )
         overlapping += any(max(ends[other]) > created for other in before)
     assert overlapping, "every shard run started after the earlier ones ended: whole runs, not cases"
+    print(f"\ncases whose report still ran when a later shard run was created: {early}")
+    assert early, "no shard run was created while the cases it replaced were in their reports"
     # Room comes from cases that end, not from shard runs that end: some shard run was created while
     # the shard runs before it still in progress held the target or more (their finished cases counted).
     ended_at = dict(
