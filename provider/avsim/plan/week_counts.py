@@ -197,6 +197,12 @@ class WeekShape:
         return week_run_ids(self.run_id, self.shard_count, canary=bool(self.canary_cases))
 
 
+def _last_phases(family: Any) -> list[Any]:
+    """The phases of a family (:class:`avsim.plan.model.FamilyPlan`) that no other phase of it waits for."""
+    waited_for = {u for phase in family.phases for u in phase.upstream}
+    return [phase for phase in family.phases if phase.name not in waited_for]
+
+
 def case_end_tasks(families: Sequence[Any]) -> tuple[tuple[str, ...], ...]:
     """:attr:`WeekShape.case_ends` of a plan's families (:class:`avsim.plan.model.FamilyPlan`): each
     family's phases that no other phase of it waits for, as ``<group>.<task>``. A phase with an on-demand
@@ -204,11 +210,8 @@ def case_end_tasks(families: Sequence[Any]) -> tuple[tuple[str, ...], ...]:
     repair that reruns the spot task, so the twin alone would count a case in repair as finished."""
     out = []
     for family in families:
-        waited_for = {u for phase in family.phases for u in phase.upstream}
         ends = []
-        for phase in family.phases:
-            if phase.name in waited_for:
-                continue
+        for phase in _last_phases(family):
             ends.append(f"{family.group_id}.{phase.name}")
             if getattr(phase, "on_demand_fallback", False):
                 ends.append(f"{family.group_id}.{phase.on_demand_task}")
@@ -222,8 +225,8 @@ def cpu_end_tasks(families: Sequence[Any]) -> tuple[str, ...]:
     return tuple(
         f"{family.group_id}.{phase.name}"
         for family in families
-        for phase in family.phases
-        if not phase.gpus and not any(phase.name in p.upstream for p in family.phases)
+        for phase in _last_phases(family)
+        if not phase.gpus
     )
 
 
